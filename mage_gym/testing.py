@@ -1,0 +1,89 @@
+"""Small hand-made evidence graphs for unit tests (no PDF, no model).
+
+Why: modules downstream of the graph (retrieval, gold mapping, env, render)
+need a graph with known structure to test against, without paying for parsing
+or the text encoder. Vectors here are deterministic pseudo-embeddings.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from mage_gym.graph.graph import EvidenceGraph
+from mage_gym.graph.schema import EDGE_KINDS, DocumentSource, Element, Page, element_id, page_id
+
+_TYPES = ("title", "paragraph", "table", "chart", "paragraph", "list", "figure", "caption")
+
+
+def make_toy_graph(n_pages: int = 6, elements_per_page: int = 4, doc_id: str = "toy", dim: int = 16,
+                   seed: int = 0) -> EvidenceGraph:
+    """A graph with every element type and all five edge kinds.
+
+    Element ``j`` of page ``p`` has text ``"page {p} item {j} <word>"``; a
+    title opens every page so the section tree spans pages.
+    """
+    rng = np.random.default_rng(seed)
+    words = ["revenue", "growth", "chart", "margin", "employees", "risk", "asia", "europe", "table", "profit"]
+    pages: list[Page] = []
+    elements: list[Element] = []
+    order = 0
+    current_section: tuple[str, ...] = ()
+    for p in range(n_pages):
+        texts = []
+        for j in range(elements_per_page):
+            etype = _TYPES[(p + j) % len(_TYPES)] if j else "title"
+            word = words[(p * elements_per_page + j) % len(words)]
+            text = f"page {p} item {j} {word}"
+            if etype == "title":
+                current_section = (f"Section {p}",)
+                text = f"Section {p} {word}"
+            y0 = j / elements_per_page
+            elements.append(Element(
+                node_id=element_id(doc_id, p, j), page=p, index=j, type=etype,
+                bbox=(0.1, y0 + 0.01, 0.9, y0 + 1 / elements_per_page - 0.01), text=text,
+                summary=text[:40], reading_order=order, section_path=current_section,
+                heading_level=1 if etype == "title" else None,
+                table_markdown="| a | b |\n|---|---|\n| 1 | 2 |" if etype == "table" else None,
+            ))
+            order += 1
+            texts.append(text)
+        pages.append(Page(node_id=page_id(doc_id, p), index=p, width=612.0, height=792.0,
+                          text="\n".join(texts), summary=texts[0], n_elements=elements_per_page))
+    n_pages, n_el = len(pages), len(elements)
+    src: list[int] = []
+    dst: list[int] = []
+    kind: list[int] = []
+    lab: list[str] = []
+
+    def add(s: int, d: int, k: str, label: str = "") -> None:
+        src.append(s), dst.append(d), kind.append(EDGE_KINDS.index(k)), lab.append(label)
+
+    for j, e in enumerate(elements):
+        add(e.page, n_pages + j, "containment")
+        if j + 1 < n_el:
+            add(n_pages + j, n_pages + j + 1, "reading_order", "next")
+        if j + 1 < n_el and elements[j + 1].page == e.page:
+            add(n_pages + j, n_pages + j + 1, "layout", "below")
+        if e.type == "title":
+            title_idx = n_pages + j
+        elif "title_idx" in locals():
+            add(title_idx, n_pages + j, "section", "child")
+    for p in range(n_pages - 1):
+        add(p, p + 1, "reading_order", "next")
+    page_vecs = rng.normal(size=(n_pages, dim)).astype(np.float32)
+    el_vecs = rng.normal(size=(n_el, dim)).astype(np.float32)
+    page_vecs /= np.linalg.norm(page_vecs, axis=1, keepdims=True)
+    el_vecs /= np.linalg.norm(el_vecs, axis=1, keepdims=True)
+    # semantic: each element's nearest other element
+    sims = el_vecs @ el_vecs.T
+    np.fill_diagonal(sims, -1)
+    for j in range(n_el):
+        k = int(np.argmax(sims[j]))
+        if j < k:
+            add(n_pages + j, n_pages + k, "semantic")
+    return EvidenceGraph(
+        doc_id=doc_id, source=DocumentSource(kind="pdf", path="<toy>"), pages=pages, elements=elements,
+        edge_src=np.asarray(src, dtype=np.int32), edge_dst=np.asarray(dst, dtype=np.int32),
+        edge_kind=np.asarray(kind, dtype=np.int8), edge_weight=np.ones(len(src), dtype=np.float32),
+        edge_label=lab, page_vectors=page_vecs, element_vectors=el_vecs,
+        meta={"parser": "toy", "version": "toy"},
+    )

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The README's test command: set up (or refresh) .venv, then run the whole suite.
+# Extra arguments go to pytest, e.g. `bash scripts/run_tests.sh -k graph -x`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup_venv.sh
+export MAGE_GYM_CACHE="${MAGE_GYM_CACHE:-$PWD/.cache/mage_gym}"
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE="${WANDB_MODE:-offline}"
+exec .venv/bin/python -m pytest -q "$@"

@@ -50,6 +50,10 @@ class RenderedInput:
     page_image_ids: tuple[str, ...] = ()  # pages sent as images
     text_tokens: int = 0
     image_tokens: int = 0
+    # Tokens attributable to each rendered node (its XML fragment plus its image),
+    # as (node_id, tokens) pairs; the reward's noise term reads it. Wrapper tags and
+    # the question are not attributed to any node. Added by the env (backward compatible).
+    node_tokens: tuple[tuple[str, int], ...] = ()
 
     @property
     def tokens(self) -> int:

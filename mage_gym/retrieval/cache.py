@@ -35,6 +35,18 @@ class GraphIndexCache(Generic[T]):
         self._lock = threading.Lock()
         self._dead: list[weakref.ref] = []
 
+    def __getstate__(self) -> dict:
+        """Pickle the settings only: indexes are rebuilt in the receiving process.
+
+        Why: environments (and the retrievers they hold) are sent to rollout
+        worker processes; locks and weak references cannot travel, and graphs
+        arrive there as new objects anyway.
+        """
+        return {"max_graphs": self.max_graphs}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["max_graphs"])  # type: ignore[misc]
+
     def __len__(self) -> int:
         with self._lock:
             self._purge()

@@ -11,9 +11,10 @@ import re
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.graph.schema import Element
 
-# Unicode word runs; keeps numbers ("2019", "4.5" -> "4", "5") and single digits,
-# which matter in document QA, unlike bm25s' default pattern (2+ characters).
-_TOKEN = re.compile(r"\w+", re.UNICODE)
+# Runs of 2+ letters/digits, or a single digit: numbers ("2019", "4.5" -> "4", "5")
+# matter in document QA, while lone letters are mostly list markers and OCR noise.
+# Underscores separate tokens. (bm25s' default pattern drops single digits.)
+_TOKEN = re.compile(r"[^\W_]{2,}|\d")
 
 
 def _stopwords() -> frozenset[str]:
@@ -34,10 +35,8 @@ def tokenize(text: str | None) -> list[str]:
     """
     if not text:
         return []
-    return [
-        t for t in _TOKEN.findall(text.lower())
-        if t not in STOPWORDS and (len(t) > 1 or t.isdigit()) and t != "_" * len(t)
-    ]
+    stop = STOPWORDS
+    return [t for t in _TOKEN.findall(text.lower()) if t not in stop]
 
 
 def element_text(element: Element) -> str:

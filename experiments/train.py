@@ -1,0 +1,216 @@
+"""Train a learned controller (MaskablePPO over the slot observation) and evaluate it on held-out documents.
+
+Run (from the repo root):
+
+    .venv/bin/python experiments/train.py dataset=synth dataset.root=data/synth/train train.total_timesteps=50000
+    .venv/bin/python experiments/train.py dataset=mmlongbench seed=1 logger=none
+    .venv/bin/python experiments/train.py -m seed=0,1,2          # three seeds (Hydra multirun)
+
+Readable top to bottom (CleanRL style): episodes of the train split (only
+those usable for training: answerable ones need gold on the page), graphs from
+the cache, ``n_envs`` environments with the oracle reader, the slot-set
+network, ``model.learn`` with a callback that shows progress, logs steps per
+second and evaluates the current policy on ``train.eval_episodes`` episodes of
+the validation split (other documents) every ``train.eval_freq`` steps.
+
+Writes into the run directory (``outputs/train/<dataset>__<policy>__<seed>__<time>``):
+``checkpoint.zip`` (+ ``checkpoint.json``: algorithm, K, render mode, config),
+``results.json`` (documented shape: the final policy on the validation episodes),
+``learning_curve.json`` / ``learning_curve.png`` and ``train_summary.json``.
+"""
+from __future__ import annotations
+
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import _common as C  # noqa: E402
+import hydra  # noqa: E402
+from omegaconf import DictConfig  # noqa: E402
+
+log = logging.getLogger("train")
+
+
+def evaluate(model: Any, algo: str, episodes: list[Any], cfg: Mapping[str, Any], render_mode: str | None,
+             seed: int = 0) -> tuple[list[Any], dict[str, Any]]:
+    """The current model, acting deterministically, on ``episodes`` (oracle reader)."""
+    from policies.ppo import PPOPolicy
+    from policies.runner import run_episode
+
+    policy = PPOPolicy(model=model, algo=algo, render_mode=render_mode)
+    env = C.make_env(episodes, cfg, render_mode=render_mode, reader="oracle", max_graphs=16)
+    try:
+        results = [run_episode(env, policy, C.episode_of(e).episode_id, seed=seed + i) for i, e in enumerate(episodes)]
+    finally:
+        env.close()
+    return results, C.summarise(results, {C.episode_of(e).episode_id: C.episode_of(e) for e in episodes},
+                                answers=False)
+
+
+def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: list[dict[str, Any]]) -> Any:
+    """SB3 callback: tqdm progress, steps/s, rolling training reward, periodic validation."""
+    from stable_baselines3.common.callbacks import BaseCallback
+    from tqdm import tqdm
+
+    class TrainCallback(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.t0 = time.perf_counter()
+            self.bar = tqdm(total=total, desc="train", unit="step")
+            self.next_eval = eval_freq
+
+        def _on_step(self) -> bool:
+            n = self.num_timesteps
+            self.bar.n = min(n, total)
+            if n >= self.next_eval or n >= total:
+                self.next_eval += eval_freq
+                self._evaluate(n)
+            return True
+
+        def _evaluate(self, n: int) -> None:
+            sps = n / max(1e-9, time.perf_counter() - self.t0)
+            eps = [e for e in self.model.ep_info_buffer]
+            row: dict[str, Any] = {"timesteps": n, "steps_per_s": sps, "wall_s": time.perf_counter() - self.t0,
+                                   "train_reward": (sum(e["r"] for e in eps) / len(eps)) if eps else None}
+            if eval_fn is not None:
+                _, m = eval_fn(self.model)
+                row.update({f"val_{k}": m[k] for k in ("reward", "evidence_page_recall", "element_recall",
+                                                      "evidence_all_covered", "tokens_rendered")})
+            curve.append(row)
+            logger.log({k: v for k, v in row.items() if k != "timesteps"}, step=n)
+            self.bar.set_postfix(sps=f"{sps:.0f}", val_reward=C.fmt(row.get("val_reward")),
+                                 train_reward=C.fmt(row.get("train_reward")))
+            log.info("step %d: %s", n, {k: C.fmt(v) for k, v in row.items()})
+
+        def _on_training_end(self) -> None:
+            self.bar.n = min(self.num_timesteps, total)
+            self.bar.close()
+
+    return TrainCallback()
+
+
+def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes: list[Any] | None = None,
+          val_episodes: list[Any] | None = None) -> dict[str, Any]:
+    """Train per ``cfg`` (plain dict of the train config); returns the summary written to ``out``.
+
+    ``train_episodes``/``val_episodes`` replace the dataset's splits (e.g. pre-built pairs in tests).
+    """
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from policies.ppo import build_model, save_checkpoint
+
+    logger = logger or C.NullLogger()
+    tc, pc, ds = cfg["train"], dict(cfg["policy"]), cfg["dataset"]
+    seed = int(cfg.get("seed", 0))
+    C.set_threads(cfg.get("torch_threads"))
+    ptrain = dict(pc.get("train") or {})
+    algo = ptrain.get("algo", "maskable_ppo")
+    render_mode = pc.get("render_mode") or cfg["env"].get("render_mode", "visual")
+    env_cfg = cfg["env"]
+    parser = env_cfg.get("parser", "layout")
+    workers = int(cfg.get("graph_workers", 1))
+
+    train_eps = train_episodes if train_episodes is not None else C.prepare_graphs(
+        C.load_episodes(ds, split=tc["split"], usable_only=True), parser, workers, env_cfg.get("graph_kwargs"))
+    val_eps = val_episodes if val_episodes is not None else C.prepare_graphs(
+        C.load_episodes(ds, split=tc["eval_split"], limit=tc.get("eval_episodes")), parser, workers,
+        env_cfg.get("graph_kwargs"))
+    if not train_eps:
+        raise ValueError(f"no training episodes in {ds['name']} split {tc['split']!r}")
+    n_docs = len({C.episode_of(e).source for e in train_eps})
+    log.info("train: %d episodes on %d documents; eval: %d episodes (%s)", len(train_eps), n_docs, len(val_eps),
+             tc["eval_split"])
+
+    info_keys = ("evidence_page_recall", "element_recall", "tokens_rendered")
+
+    def make_one() -> Any:
+        env = C.make_env(train_eps, cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
+        return Monitor(env, info_keywords=info_keys)
+
+    vec = DummyVecEnv([make_one for _ in range(int(tc.get("n_envs", 1)))])
+    model = build_model(vec, algo=algo, seed=seed, net=ptrain.get("net"), hparams=ptrain.get("hparams"),
+                        device=tc.get("device", "cpu"))
+    curve: list[dict[str, Any]] = []
+    eval_fn = (lambda m: evaluate(m, algo, val_eps, cfg, render_mode, seed=10_000)) if val_eps else None
+    total = int(tc["total_timesteps"])
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=total, callback=make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve))
+    train_s = time.perf_counter() - t0
+    K = int(vec.observation_space["nodes"].shape[0])
+    ckpt = save_checkpoint(model, out / f"{tc.get('checkpoint_name', 'checkpoint')}.zip", algo, K,
+                           extra={"render_mode": render_mode, "seed": seed, "dataset": ds["name"],
+                                  "timesteps": int(model.num_timesteps), "config": cfg})
+    vec.close()
+
+    runs = []
+    final = None
+    if val_eps:
+        results, final = evaluate(model, algo, val_eps, cfg, render_mode, seed=10_000)
+        runs.append(C.make_run("ppo", env_cfg.get("budget") or {}, ds["name"], tc["eval_split"], final))
+    C.write_results(out / "results.json", runs)
+    C.write_json(out / "learning_curve.json", curve)
+    plot = save_curve(curve, out / "learning_curve.png")
+    summary = {"checkpoint": str(ckpt), "algo": algo, "seed": seed, "render_mode": render_mode,
+               "timesteps": int(model.num_timesteps), "train_seconds": train_s,
+               "steps_per_s": model.num_timesteps / max(1e-9, train_s), "train_episodes": len(train_eps),
+               "train_documents": n_docs, "eval_episodes": len(val_eps), "final_eval": final,
+               "learning_curve": curve}
+    C.write_json(out / "train_summary.json", summary)
+    logger.summary({"steps_per_s": summary["steps_per_s"], **{f"final/{k}": v for k, v in (final or {}).items()}})
+    if plot is not None:
+        logger.images({"learning_curve": plot})
+    return summary
+
+
+def save_curve(curve: list[dict[str, Any]], path: Path) -> Path | None:
+    if not curve:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(1, 2, figsize=(10, 3.5))
+    x = [r["timesteps"] for r in curve]
+    for key, label in (("train_reward", "train (rolling)"), ("val_reward", "validation")):
+        pts = [(a, r.get(key)) for a, r in zip(x, curve) if r.get(key) is not None]
+        if pts:
+            ax[0].plot(*zip(*pts), marker="o", label=label)
+    pts = [(a, r.get("val_evidence_page_recall")) for a, r in zip(x, curve) if r.get("val_evidence_page_recall") is not None]
+    if pts:
+        ax[1].plot(*zip(*pts), marker="o", label="val evidence page recall")
+    pts = [(a, r.get("val_element_recall")) for a, r in zip(x, curve) if r.get("val_element_recall") is not None]
+    if pts:
+        ax[1].plot(*zip(*pts), marker="s", label="val element recall")
+    for a, t in zip(ax, ("reward", "evidence")):
+        a.set_xlabel("environment steps")
+        a.set_title(t)
+        a.grid(alpha=0.3)
+        a.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="train")
+def main(cfg: DictConfig) -> None:
+    out = C.run_dir()
+    c = C.plain(cfg)
+    logger = C.make_logger(c, C.run_name(c["dataset"]["name"], c["policy"]["name"], c.get("seed", 0)), "train", out)
+    try:
+        summary = train(c, out, logger)
+    finally:
+        logger.finish()
+    print(f"checkpoint: {summary['checkpoint']}  ({summary['steps_per_s']:.0f} steps/s)")
+    if summary["final_eval"]:
+        print({k: C.fmt(v) for k, v in summary["final_eval"].items()})
+    print(f"results: {out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

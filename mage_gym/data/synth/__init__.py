@@ -1,0 +1,27 @@
+"""Procedural long-document generator: the project's embedded default data.
+
+``generate_corpus(out_dir, n_docs, seed, cfg)`` writes realistic multi-page
+reports (numbered sections, running headers, paragraphs, lists, ruled tables,
+raster charts, figures, footnotes, cross-references) and questions whose gold
+answers and gold boxes come from what the generator drew. ``load_synth(root)``
+reads them back as :class:`~mage_gym.data.episode.Episode` records.
+
+Why it exists: real benchmarks are small and their gold is page-level or
+noisy; a generator gives unlimited training episodes with exact element-level
+gold, deliberate near-duplicate distractors and difficulty knobs.
+
+Episode JSON helpers live in :mod:`mage_gym.data.io` (``episode_to_dict`` /
+``episode_from_dict``); they are re-exported here under the names
+``episode_to_json`` / ``episode_from_json``.
+"""
+from __future__ import annotations
+
+from mage_gym.data.io import episode_from_dict as episode_from_json
+from mage_gym.data.io import episode_to_dict as episode_to_json
+from mage_gym.data.synth.config import PRESETS, QUESTION_KINDS, SynthConfig, SynthConfigError, preset
+from mage_gym.data.synth.corpus import CorpusInfo, DocResult, generate_corpus, generate_document, load_synth, read_manifest
+
+__all__ = [
+    "PRESETS", "QUESTION_KINDS", "SynthConfig", "SynthConfigError", "preset", "CorpusInfo", "DocResult",
+    "generate_corpus", "generate_document", "load_synth", "read_manifest", "episode_to_json", "episode_from_json",
+]

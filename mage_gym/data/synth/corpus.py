@@ -1,0 +1,231 @@
+"""Generate a corpus of synthetic long reports with questions; load it back.
+
+Layout of a corpus folder (everything relative, so a folder can be moved)::
+
+    corpus.json      seed, config, one record per document (no timings: deterministic)
+    episodes.jsonl   one Episode per line; ``source`` is relative to the folder
+    pdfs/<doc_id>.pdf
+    layout/<doc_id>.json   every drawn element (type, page, normalised box, text)
+
+Why per-document seeds (``SeedSequence([seed, doc_index])``): documents are
+made in a process pool, in any order, and must come out identical to a serial
+run; each document owns its random streams, so the corpus is a pure function of
+``(seed, config)``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections import Counter
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from mage_gym.data.episode import Episode
+from mage_gym.data.io import DatasetNotFoundError, episode_to_dict, load_episodes
+from mage_gym.data.synth.config import SynthConfig
+
+FORMAT_VERSION = 1
+_RASTERS: dict[int, Any] = {}  # one RasterFactory per process and dpi
+
+
+@dataclass(frozen=True)
+class DocResult:
+    doc_id: str
+    file: str  # relative to the corpus root
+    layout_file: str
+    n_pages: int
+    title: str
+    domain: str
+    n_bytes: int
+    sha256: str
+    episodes: tuple[dict[str, Any], ...]  # episode_to_dict records
+    element_counts: dict[str, int]
+
+
+@dataclass
+class CorpusInfo:
+    root: Path
+    seed: int
+    n_docs: int
+    config: SynthConfig
+    n_pages: int = 0
+    n_questions: int = 0
+    n_bytes: int = 0
+    kind_counts: dict[str, int] = field(default_factory=dict)
+    element_counts: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+    docs: list[DocResult] = field(default_factory=list)
+
+    def summary(self) -> dict[str, Any]:
+        return {
+            "root": str(self.root), "seed": self.seed, "n_docs": self.n_docs, "n_pages": self.n_pages,
+            "n_questions": self.n_questions, "n_bytes": self.n_bytes, "mean_doc_kib": round(
+                self.n_bytes / max(1, self.n_docs) / 1024, 1), "kind_counts": self.kind_counts,
+            "element_counts": self.element_counts, "seconds": round(self.seconds, 2),
+        }
+
+
+def doc_id_of(seed: int, index: int) -> str:
+    return f"synth_s{seed}_d{index:04d}"
+
+
+def _rasters(dpi: int) -> Any:
+    from mage_gym.data.synth.charts import RasterFactory
+
+    if dpi not in _RASTERS:
+        _RASTERS[dpi] = RasterFactory(dpi)
+    return _RASTERS[dpi]
+
+
+def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cfg: SynthConfig) -> DocResult:
+    """Make one PDF, its layout record and its questions (files written under ``out_dir``)."""
+    from mage_gym.data.synth.layout import PageWriter
+    from mage_gym.data.synth.planner import Planner
+    from mage_gym.data.synth.questions import DocContext, QuestionMaker
+    from mage_gym.data.synth.world import build_world
+
+    root = Path(out_dir)
+    doc_id = doc_id_of(seed, index)
+    rng = np.random.default_rng(np.random.SeedSequence([seed, index, 0]))
+    target = int(rng.integers(cfg.min_pages, cfg.max_pages + 1))
+    world = build_world(rng, n_entities=int(np.clip(8 + target // 15, 9, 30)))
+    planner = Planner(world, cfg, rng)
+    writer = PageWriter(cfg, _rasters(cfg.chart_dpi))
+    for group in planner.groups():
+        if writer.page_count >= target and not writer.fits(group):
+            break
+        writer.place(group)
+    elements = tuple(writer.elements)
+    n_pages = writer.page_count
+    page_chapters = list(writer.page_chapter)
+    pdf = writer.finish(world.title, world.org, world.report_year)
+
+    rel_pdf = f"pdfs/{doc_id}.pdf"
+    rel_layout = f"layout/{doc_id}.json"
+    (root / "pdfs").mkdir(parents=True, exist_ok=True)
+    (root / "layout").mkdir(parents=True, exist_ok=True)
+    _atomic_write(root / rel_pdf, pdf)
+    W, H = cfg.page_width, cfg.page_height
+    layout = {
+        "doc_id": doc_id, "n_pages": n_pages, "page_size": [W, H], "title": world.title,
+        "page_chapter": page_chapters,  # level-1 section in force at the top of each page
+        "elements": [{"id": e.elem_id, "type": e.type, "page": e.page,
+                      "bbox": [round(e.bbox[0] / W, 5), round(e.bbox[1] / H, 5), round(e.bbox[2] / W, 5),
+                               round(e.bbox[3] / H, 5)],
+                      # full text where it is structured (tables, lists, headings); prose is shortened
+                      "text": e.text if e.type in ("table", "list", "title", "caption") else e.text[:200]}
+                     for e in elements],
+    }
+    _atomic_write(root / rel_layout, json.dumps(layout, ensure_ascii=False, separators=(",", ":")).encode())
+
+    full_text = "\n".join([world.title, *page_chapters, *(e.text for e in elements)])
+    ctx = DocContext(doc_id, rel_pdf, world, planner.record, elements, n_pages, (W, H), full_text)
+    q_rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1]))
+    episodes = QuestionMaker(ctx, cfg, q_rng).make(cfg.questions_per_doc)
+    records = []
+    for j, ep in enumerate(episodes):
+        ep = replace(ep, episode_id=f"{doc_id}-q{j:02d}")
+        records.append(episode_to_dict(ep))
+    return DocResult(doc_id, rel_pdf, rel_layout, n_pages, world.title, world.domain.key, len(pdf),
+                     hashlib.sha256(pdf).hexdigest(), tuple(records), dict(Counter(e.type for e in elements)))
+
+
+def _generate_star(args: tuple[str, int, int, SynthConfig]) -> DocResult:
+    return generate_document(*args)
+
+
+def _start_method() -> str:
+    """``fork`` when safe (saves re-importing numpy/PyMuPDF/matplotlib per worker), else ``spawn``.
+
+    Forking a process that has initialised torch's thread pools can deadlock, so
+    any parent with torch imported gets clean spawned workers.
+    """
+    import multiprocessing as mp
+    import sys
+
+    if "fork" in mp.get_all_start_methods() and "torch" not in sys.modules:
+        return "fork"
+    return "spawn"
+
+
+def _atomic_write(path: Path, data: bytes) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_bytes(data)
+    os.replace(tmp, path)
+
+
+def generate_corpus(out_dir: str | os.PathLike[str], n_docs: int, seed: int = 0, cfg: SynthConfig | None = None,
+                    workers: int = 2, progress: bool = True) -> CorpusInfo:
+    """Generate ``n_docs`` documents with questions into ``out_dir`` (created if needed).
+
+    ``workers > 1`` uses a process pool (fork, or spawn once torch is loaded);
+    results are identical to a serial run. Existing files of the same names are overwritten.
+    """
+    from tqdm import tqdm
+
+    if n_docs < 1:
+        raise ValueError(f"n_docs must be >= 1, got {n_docs}")
+    cfg = cfg or SynthConfig()
+    root = Path(out_dir)
+    root.mkdir(parents=True, exist_ok=True)
+    t0 = time.perf_counter()
+    jobs = [(str(root), i, seed, cfg) for i in range(n_docs)]
+    results: list[DocResult] = []
+    bar = tqdm(total=n_docs, desc="synth docs", unit="doc", disable=not progress)
+    if workers <= 1 or n_docs == 1:
+        for job in jobs:
+            results.append(_generate_star(job))
+            bar.update(1)
+    else:
+        import multiprocessing as mp
+        from concurrent.futures import ProcessPoolExecutor
+
+        with ProcessPoolExecutor(max_workers=min(workers, n_docs), mp_context=mp.get_context(_start_method())) as ex:
+            for res in ex.map(_generate_star, jobs, chunksize=1):
+                results.append(res)
+                bar.update(1)
+    bar.close()
+
+    lines = [json.dumps(rec, ensure_ascii=False) for r in results for rec in r.episodes]
+    _atomic_write(root / "episodes.jsonl", ("\n".join(lines) + "\n").encode("utf-8"))
+    kinds = Counter(rec["extra"]["question_kind"] for r in results for rec in r.episodes)
+    elems: Counter[str] = Counter()
+    for r in results:
+        elems.update(r.element_counts)
+    manifest = {
+        "generator": "mage_gym.data.synth", "format_version": FORMAT_VERSION, "seed": seed, "n_docs": n_docs,
+        "config": cfg.to_dict(),
+        "docs": [{"doc_id": r.doc_id, "file": r.file, "layout": r.layout_file, "n_pages": r.n_pages,
+                  "title": r.title, "domain": r.domain, "bytes": r.n_bytes, "sha256": r.sha256,
+                  "n_questions": len(r.episodes)} for r in results],
+        "totals": {"pages": sum(r.n_pages for r in results), "questions": len(lines),
+                   "question_kinds": dict(sorted(kinds.items())), "elements": dict(sorted(elems.items()))},
+    }
+    _atomic_write(root / "corpus.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
+    return CorpusInfo(root=root, seed=seed, n_docs=n_docs, config=cfg, n_pages=manifest["totals"]["pages"],
+                      n_questions=len(lines), n_bytes=sum(r.n_bytes for r in results),
+                      kind_counts=dict(sorted(kinds.items())), element_counts=dict(sorted(elems.items())),
+                      seconds=time.perf_counter() - t0, docs=results)
+
+
+def load_synth(root: str | os.PathLike[str]) -> list[Episode]:
+    """Episodes of a generated corpus, with ``source`` resolved to absolute PDF paths."""
+    base = Path(root)
+    path = base / "episodes.jsonl"
+    if not path.is_file():
+        raise DatasetNotFoundError(f"synthetic corpus not found: {path} (run experiments/make_synth.py)")
+    base = base.resolve()
+    return [replace(ep, source=str(base / ep.source)) if not os.path.isabs(ep.source) else ep
+            for ep in load_episodes(path)]
+
+
+def read_manifest(root: str | os.PathLike[str]) -> dict[str, Any]:
+    path = Path(root) / "corpus.json"
+    if not path.is_file():
+        raise DatasetNotFoundError(f"corpus manifest not found: {path}")
+    return json.loads(path.read_text(encoding="utf-8"))

@@ -1,0 +1,247 @@
+"""The six controller operations, the flat action encoding, the one transition, the mask.
+
+Why one module: the mask must accept exactly the actions the transition
+accepts, so both are written side by side from the same rules (and a property
+test tries every action against the mask). Both policy interfaces (flat
+``step`` for learned policies, ``submit_round`` for LLM policies) end up in
+:func:`apply_operation`.
+
+Rules (``m``/``M``/``B`` from :class:`~mage_gym.env.budget.Budget`):
+
+- ActivatePage(node): activates the page of ``node`` (the node itself when it
+  is a page). The page must be UNVISITED (not active, not pruned). Costs 1
+  activation of the round and of ``M``.
+- ActivateNode(node): ``node`` must be an UNVISITED element whose page is not
+  pruned; its page is activated too, free. Costs 1 of the round and of ``M``.
+- OpenNode(node): ``node`` must be an ACTIVATED element; costs 1 of ``B``.
+- SearchEvidence(query): activates the best UNVISITED pages for the query, as
+  many as the activations left in the round (and in ``M``), each costing 1;
+  valid when at least one activation is left and an UNVISITED page exists.
+  Ends the round.
+- PruneNode(node): ``node`` must be ACTIVATED or OPENED. Final: a pruned node
+  never comes back, and pruning a page prunes all its elements.
+- Stop: always valid; ends the episode.
+
+A round also ends after ``m`` paid activations (flat interface) or when an
+LLM policy's round is submitted.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import IntEnum
+from typing import Callable
+
+import numpy as np
+
+from mage_gym.env.state import ACTIVATED, OPENED, PRUNED, UNVISITED, EvidenceState
+
+
+class Op(IntEnum):
+    STOP = 0
+    ACTIVATE_PAGE = 1
+    ACTIVATE_NODE = 2
+    OPEN_NODE = 3
+    SEARCH = 4
+    PRUNE = 5
+
+
+#: Names used in traces, text views and info (the paper's operation names).
+OP_NAMES: dict[Op, str] = {
+    Op.STOP: "Stop", Op.ACTIVATE_PAGE: "ActivatePage", Op.ACTIVATE_NODE: "ActivateNode",
+    Op.OPEN_NODE: "OpenNode", Op.SEARCH: "SearchEvidence", Op.PRUNE: "PruneNode",
+}
+OP_BY_NAME: dict[str, Op] = {v: k for k, v in OP_NAMES.items()}
+#: Slot-addressed operations, in the order they occupy the flat action space.
+SLOT_OPS: tuple[Op, ...] = (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE, Op.OPEN_NODE, Op.SEARCH, Op.PRUNE)
+
+
+def n_actions(K: int) -> int:
+    """Size of the flat action space: Stop plus five operations over ``K`` slots."""
+    return 1 + len(SLOT_OPS) * K
+
+
+def encode_action(op: Op | int, slot: int, K: int) -> int:
+    """Flat action id: 0 is Stop, then op-major blocks of ``K`` slots."""
+    op = Op(op)
+    if op == Op.STOP:
+        return 0
+    if not 0 <= slot < K:
+        raise ValueError(f"slot {slot} out of range 0..{K - 1}")
+    return 1 + (int(op) - 1) * K + int(slot)
+
+
+def decode_action(action: int, K: int) -> tuple[Op, int]:
+    """Inverse of :func:`encode_action`; slot is -1 for Stop."""
+    a = int(action)
+    if not 0 <= a < n_actions(K):
+        raise ValueError(f"action {a} out of range 0..{n_actions(K) - 1}")
+    if a == 0:
+        return Op.STOP, -1
+    return Op(1 + (a - 1) // K), (a - 1) % K
+
+
+@dataclass
+class OpResult:
+    """What one operation did; traces and info are built from it."""
+
+    op: Op
+    node: int  # target node index (-1 for Stop / free-text search)
+    ok: bool
+    error: str | None = None
+    changed: list[int] = field(default_factory=list)  # nodes whose state changed
+    ends_round: bool = False
+
+
+def check_operation(state: EvidenceState, op: Op, node: int, free_text: bool = False) -> str | None:
+    """Why ``op`` on ``node`` would be refused, or None when it is valid.
+
+    ``free_text`` marks an LLM SearchEvidence whose query does not come from a node.
+    """
+    if state.stopped:
+        return "the episode is over"
+    if op == Op.STOP:
+        return None
+    gi = state.gi
+    if op == Op.SEARCH and free_text:
+        node = 0  # no target node needed
+    elif not 0 <= node < gi.n_nodes:
+        return "no node in this slot" if node == -1 else f"node index {node} out of range"
+    st = state.node_state
+    if op == Op.ACTIVATE_PAGE:
+        p = gi.node_page[node]
+        if st[p] == PRUNED:
+            return f"page {p} is pruned (pruning is final)"
+        if st[p] != UNVISITED:
+            return f"page {p} is already activated"
+        return _activation_budget_error(state)
+    if op == Op.ACTIVATE_NODE:
+        if gi.is_page[node]:
+            return "ActivateNode needs an element; use ActivatePage for a page"
+        if st[node] == PRUNED:
+            return "the node is pruned (pruning is final)"
+        if st[node] != UNVISITED:
+            return "the node is already activated"
+        if st[gi.node_page[node]] == PRUNED:
+            return "the node's page is pruned"
+        return _activation_budget_error(state)
+    if op == Op.OPEN_NODE:
+        if gi.is_page[node]:
+            return "pages cannot be opened; open one of its elements"
+        if st[node] != ACTIVATED:
+            return "the node is already opened" if st[node] == OPENED else "only an activated element can be opened"
+        if state.opens_left <= 0:
+            return "open budget B is exhausted"
+        return None
+    if op == Op.SEARCH:
+        err = _activation_budget_error(state)
+        if err:
+            return err
+        if state.n_unvisited_pages <= 0:
+            return "every page is already activated or pruned"
+        return None
+    if op == Op.PRUNE:
+        if st[node] != ACTIVATED and st[node] != OPENED:
+            return "only an activated or opened node can be pruned"
+        return None
+    return f"unknown operation {op!r}"
+
+
+def _activation_budget_error(state: EvidenceState) -> str | None:
+    if state.acts_left <= 0:
+        return "activation budget M is exhausted"
+    if state.round_left <= 0:
+        return "no activations left in this round (m)"
+    return None
+
+
+SearchFn = Callable[[], np.ndarray]  # returns float page scores [n_pages] for the operation's query
+
+
+def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | None = None,
+                    free_text: bool = False) -> OpResult:
+    """Run one operation on ``state`` in place (Stop is handled by the environment).
+
+    Refused operations change nothing but ``counters.invalid``.
+    """
+    op = Op(op)
+    err = check_operation(state, op, node, free_text)
+    if err is None and op == Op.STOP:
+        err = "Stop is handled by the environment"
+    if err is not None:
+        state.counters.invalid += 1
+        return OpResult(op, node, False, err)
+    c, gi = state.counters, state.gi
+    res = OpResult(op, node, True)
+    if op == Op.ACTIVATE_PAGE:
+        p = int(gi.node_page[node])
+        state.activate(p)
+        c.acts_used += 1
+        c.round_acts += 1
+        res.changed = [p]
+    elif op == Op.ACTIVATE_NODE:
+        p = int(gi.node_page[node])
+        if state.node_state[p] == UNVISITED:
+            state.activate(p)
+            c.free_acts += 1
+            res.changed.append(p)
+        state.activate(node)
+        c.acts_used += 1
+        c.round_acts += 1
+        res.changed.append(node)
+    elif op == Op.OPEN_NODE:
+        state.open(node)
+        c.opens_used += 1
+        res.changed = [node]
+    elif op == Op.SEARCH:
+        if search is None:
+            raise ValueError("SearchEvidence needs a search function")
+        scores = np.asarray(search(), dtype=np.float64)
+        pages = (state.node_state[: gi.n_pages] == UNVISITED).nonzero()[0]
+        take = min(state.round_left, state.acts_left, len(pages))
+        best = pages[np.lexsort((pages, -scores[pages]))][:take]
+        for p in best.tolist():
+            state.activate(p)
+            c.acts_used += 1
+            c.round_acts += 1
+        c.searches += 1
+        res.changed = best.tolist()
+        res.ends_round = True
+    elif op == Op.PRUNE:
+        res.changed = state.prune(node)
+    if op in (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE) and c.round_acts >= state.budget.m:
+        res.ends_round = True
+    c.operations += 1
+    return res
+
+
+def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -> np.ndarray:
+    """bool [1 + 5K]: exactly the flat actions :func:`apply_operation` accepts.
+
+    Vectorised twin of :func:`check_operation` over the ``K`` slot nodes
+    (``n``: how many leading slots are filled; computed when None).
+    """
+    K = len(slots)
+    mask = np.zeros(1 + len(SLOT_OPS) * K, dtype=bool)
+    mask[0] = True  # after the end only Stop stays marked, so a mask is never empty (vector envs)
+    if state.stopped:
+        return mask
+    if n is None:
+        n = int(np.count_nonzero(slots >= 0))
+    if n == 0:
+        return mask
+    gi = state.gi
+    s = slots[:n]
+    st = state.node_state[s]
+    pst = state.node_state[gi.node_page[s]]
+    is_el = s >= gi.n_pages  # pages come first in node order
+    block = mask[1:].reshape(len(SLOT_OPS), K)
+    if state.round_left > 0 and state.acts_left > 0:
+        unvisited = st == UNVISITED
+        block[0, :n] = pst == UNVISITED
+        block[1, :n] = is_el & unvisited & (pst != PRUNED)
+        if state.n_unvisited_pages > 0:
+            block[3, :n] = True
+    if state.opens_left > 0:
+        block[2, :n] = is_el & (st == ACTIVATED)
+    block[4, :n] = (st == ACTIVATED) | (st == OPENED)
+    return mask

@@ -1,0 +1,122 @@
+"""The numeric Dict observation for learned policies (what SB3's MultiInputPolicy accepts).
+
+Keys:
+- ``nodes`` float32 [K, F]: one row per slot (zeros for empty slots), columns
+  :data:`NODE_FEATURES`: static graph features (type one-hot, page position,
+  bbox, area, section depth, heading level, content size, table flag, OCR
+  flag, page density), question relevance (fused and per retriever,
+  percentiles), state one-hot, relation to the working set by edge kind,
+  activation position, whether the node's page is activated;
+- ``slot_mask`` float32 [K]: 1 where the slot holds a node;
+- ``budget`` float32 [4]: remaining round activations / m, activations / M,
+  opens / B, rounds / T;
+- ``progress`` float32 [2]: round / T and step / step cap;
+- ``question`` float32 [384]: the question embedding (zero-padded or cut to 384).
+
+Everything is in [0, 1] except the question vector ([-1, 1]). No gold field
+(answer, evidence, format, flags) is an input to any of these.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+
+import numpy as np
+from gymnasium import spaces
+
+from mage_gym.env.graph_index import STATIC_FEATURES
+from mage_gym.env.relevance import N_RELEVANCE, EpisodeRelevance
+from mage_gym.env.state import STATE_NAMES, EvidenceState
+from mage_gym.graph.schema import EDGE_KINDS
+
+QUESTION_DIM = 384
+NODE_FEATURES: tuple[str, ...] = (
+    STATIC_FEATURES
+    + ("rel_fused",) + tuple(f"rel_component_{i}" for i in range(1, N_RELEVANCE))
+    + tuple(f"state_{s}" for s in STATE_NAMES)
+    + tuple(f"linked_by_{k}" for k in EDGE_KINDS)
+    + ("activation_position", "page_activated")
+)
+N_STATIC = len(STATIC_FEATURES)
+_REL0 = N_STATIC
+_STATE0 = _REL0 + N_RELEVANCE
+_LINK0 = _STATE0 + len(STATE_NAMES)
+_ACTPOS = _LINK0 + len(EDGE_KINDS)
+_PAGEACT = _ACTPOS + 1
+N_FEATURES = len(NODE_FEATURES)
+
+
+def observation_space(K: int) -> spaces.Dict:
+    return spaces.Dict({
+        "nodes": spaces.Box(0.0, 1.0, shape=(K, N_FEATURES), dtype=np.float32),
+        "slot_mask": spaces.Box(0.0, 1.0, shape=(K,), dtype=np.float32),
+        "budget": spaces.Box(0.0, 1.0, shape=(4,), dtype=np.float32),
+        "progress": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
+        "question": spaces.Box(-1.0, 1.0, shape=(QUESTION_DIM,), dtype=np.float32),
+    })
+
+
+def question_features(rel: EpisodeRelevance) -> np.ndarray:
+    out = np.zeros(QUESTION_DIM, dtype=np.float32)
+    v = rel.query.vector
+    if v is not None:
+        v = np.asarray(v, dtype=np.float32).ravel()[:QUESTION_DIM]
+        out[: len(v)] = v
+    return np.clip(out, -1.0, 1.0)
+
+
+_ONEHOT_STATE = np.eye(len(STATE_NAMES), dtype=np.float32)
+
+
+_TABLES: "OrderedDict[tuple[int, int], tuple[object, object, np.ndarray]]" = OrderedDict()
+_MAX_TABLES = 16
+
+
+def node_table(state: EvidenceState, rel: EpisodeRelevance) -> np.ndarray:
+    """float32 [n, static + relevance]: the per-episode constant columns, gathered per step.
+
+    Shared by the environments of a process (a small LRU keyed by the graph
+    index and the episode relevance objects, which are themselves shared).
+    """
+    key = (id(state.gi), id(rel))
+    hit = _TABLES.get(key)
+    if hit is not None and hit[0] is state.gi and hit[1] is rel:
+        _TABLES.move_to_end(key)
+        return hit[2]
+    table = np.empty((state.gi.n_nodes, _STATE0), dtype=np.float32)
+    table[:, :N_STATIC] = state.gi.static
+    table[:, N_STATIC:] = rel.features
+    _TABLES[key] = (state.gi, rel, table)
+    while len(_TABLES) > _MAX_TABLES:
+        _TABLES.popitem(last=False)
+    return table
+
+
+def build_observation(state: EvidenceState, table: np.ndarray, slots: np.ndarray, n: int,
+                      question: np.ndarray) -> dict[str, np.ndarray]:
+    """Fresh arrays every call (Gymnasium forbids reusing returned buffers).
+
+    ``table`` is :func:`node_table` of the episode; ``n`` the number of filled slots.
+    """
+    K = len(slots)
+    b = state.budget
+    c = state.counters
+    nodes = np.zeros((K, N_FEATURES), dtype=np.float32)
+    if n:
+        s = slots[:n]
+        st = state.node_state
+        nodes[:n, :_STATE0] = table[s]
+        nodes[:n, _STATE0:_LINK0] = _ONEHOT_STATE[st[s]]
+        nodes[:n, _LINK0:_ACTPOS] = state.rel_count.reshape(-1, len(EDGE_KINDS))[s] > 0
+        nodes[:n, _ACTPOS] = np.minimum(1.0, (state.act_pos[s] + 1) * (1.0 / max(1, b.max_working_set)))
+        nodes[:n, _PAGEACT] = st[state.gi.node_page[s]] == 1
+    slot_mask = np.zeros(K, dtype=np.float32)
+    slot_mask[:n] = 1.0
+    budget = np.array([
+        state.round_left / b.m,
+        state.acts_left / b.M if b.M else 0.0,
+        state.opens_left / b.B if b.B else 0.0,
+        state.rounds_left / b.T,
+    ], dtype=np.float32)
+    progress = np.array([min(1.0, c.round / b.T), min(1.0, c.steps / b.max_steps)], dtype=np.float32)
+    return {"nodes": nodes, "slot_mask": slot_mask, "budget": budget, "progress": progress,
+            "question": question.copy()}

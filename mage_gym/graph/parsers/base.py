@@ -1,0 +1,196 @@
+"""The parser interface and the page loop every parser shares.
+
+Why a base class: page selection (``pages`` for splitting a document across
+worker processes, ``max_pages`` for truncation), the routing of image-only
+pages to OCR, guards against absurd pages and per-page failure isolation are
+the same for every parser; a parser only says how to turn one PDF page with a
+text layer into elements. One broken page must cost that page (an empty
+:class:`ParsedPage` with a warning), never the document.
+"""
+from __future__ import annotations
+
+import logging
+import warnings
+from abc import ABC, abstractmethod
+from typing import TYPE_CHECKING, Any, Sequence
+
+from mage_gym.graph.errors import PageLimitWarning
+from mage_gym.graph.schema import DocumentSource, ParsedDocument, ParsedPage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pymupdf
+
+log = logging.getLogger(__name__)
+
+#: A page side beyond this (in points) is "absurd" (PDF's own limit is 14,400):
+#: layout models and OCR get a downscaled render or the fast path instead.
+MAX_PAGE_SIDE_PT = 14_400.0
+#: Fewer non-space characters than this, with images covering the page, means
+#: the text layer is missing (a scan or a slide saved as a picture).
+MIN_TEXT_CHARS = 12
+#: Share of the page that images must cover for a near-textless page to be OCR'd.
+MIN_IMAGE_COVER = 0.3
+
+
+def select_pages(
+    n_total: int, pages: Sequence[int] | None, max_pages: int | None, path: str = ""
+) -> tuple[list[int], list[str]]:
+    """Pages to parse, in order, and the truncation warnings (also emitted).
+
+    ``max_pages`` keeps the document's first ``max_pages`` pages; ``pages`` (a
+    worker's share) is intersected with them. Out-of-range entries of
+    ``pages`` are an error: the builder computed them from the page count.
+    """
+    msgs: list[str] = []
+    if pages is None:
+        chosen = list(range(n_total))
+    else:
+        chosen = sorted({int(p) for p in pages})
+        bad = [p for p in chosen if not 0 <= p < n_total]
+        if bad:
+            raise IndexError(f"pages {bad[:5]} out of range 0..{n_total - 1} for {path}")
+    if max_pages is not None and max_pages >= 0 and n_total > max_pages:
+        kept = [p for p in chosen if p < max_pages]
+        if pages is None or len(kept) < len(chosen) or 0 in chosen:
+            msg = f"document has {n_total} pages; truncated to the first {max_pages} (max_pages)"
+            msgs.append(msg)
+            warnings.warn(f"{msg}: {path}", PageLimitWarning, stacklevel=3)
+        chosen = kept
+    return chosen, msgs
+
+
+def text_char_count(page: "pymupdf.Page") -> int:
+    return sum(1 for ch in page.get_text("text") if not ch.isspace())
+
+
+def image_cover(page: "pymupdf.Page") -> float:
+    """Share of the page area covered by the largest placed image (0..1)."""
+    area = max(page.rect.width * page.rect.height, 1e-6)
+    best = 0.0
+    for info in page.get_image_info():
+        r = page.rect & info["bbox"]  # clip to the page
+        if not r.is_empty:
+            best = max(best, r.width * r.height / area)
+    return best
+
+
+def needs_ocr(page: "pymupdf.Page") -> bool:
+    """No usable text layer but pixels that may hold text.
+
+    Rule: fewer than :data:`MIN_TEXT_CHARS` characters and an image covering at
+    least :data:`MIN_IMAGE_COVER` of the page. A page with neither text nor
+    images is simply empty (nothing to OCR).
+    """
+    return text_char_count(page) < MIN_TEXT_CHARS and image_cover(page) >= MIN_IMAGE_COVER
+
+
+def is_absurd(width: float, height: float) -> bool:
+    return max(width, height) > MAX_PAGE_SIDE_PT or min(width, height) <= 1.0
+
+
+class Parser(ABC):
+    """Turns a :class:`DocumentSource` into a :class:`ParsedDocument`.
+
+    Subclasses implement :meth:`parse_text_page` (one PDF page with a text
+    layer) and may override :meth:`parse_pdf_pages` to batch pages. Image
+    sources and image-only PDF pages go through OCR (:mod:`.ocr`).
+    """
+
+    name: str = "base"
+
+    def __init__(self, ocr: bool = True, ocr_dpi: int = 144, **cfg: Any) -> None:
+        self.ocr_enabled = ocr
+        self.ocr_dpi = ocr_dpi
+        self.cfg = cfg
+
+    # --- public ---------------------------------------------------------------
+
+    def parse(
+        self, source: DocumentSource, pages: Sequence[int] | None = None, max_pages: int | None = None
+    ) -> ParsedDocument:
+        from mage_gym.graph.sources import _as_source
+
+        source = _as_source(source)
+        if source.kind == "images":
+            return self._parse_images(source, pages, max_pages)
+        from mage_gym.graph.sources import open_pdf
+
+        doc = open_pdf(source)
+        try:
+            chosen, doc_warnings = select_pages(doc.page_count, pages, max_pages, source.path)
+            if doc.is_repaired:
+                doc_warnings.append("PDF was damaged and repaired by MuPDF; some pages may be incomplete")
+            parsed = self.parse_pdf_pages(doc, chosen)
+        finally:
+            doc.close()
+        self.postprocess(parsed)
+        return ParsedDocument(pages=parsed, parser=self.name, warnings=doc_warnings)
+
+    # --- hooks ------------------------------------------------------------------
+
+    def parse_pdf_pages(self, doc: "pymupdf.Document", page_numbers: list[int]) -> list[ParsedPage]:
+        """Default loop: OCR image-only pages, :meth:`parse_text_page` the rest."""
+        out: list[ParsedPage] = []
+        for pno in page_numbers:
+            out.append(self.parse_one_pdf_page(doc, pno))
+        return out
+
+    def parse_one_pdf_page(self, doc: "pymupdf.Document", pno: int) -> ParsedPage:
+        """One page with failure isolation: routing, absurd-size guard, errors."""
+        try:
+            page = doc.load_page(pno)
+            w, h = page.rect.width, page.rect.height
+            if self.ocr_enabled and needs_ocr(page):
+                return self.parse_image_only_pdf_page(page)
+            if is_absurd(w, h):
+                return self.parse_absurd_page(page)
+            return self.parse_text_page(page)
+        except Exception as exc:  # noqa: BLE001 - isolate one bad page
+            log.warning("page %d of %s failed: %s", pno, doc.name, exc)
+            try:
+                r = doc.load_page(pno).rect
+                w, h = r.width, r.height
+            except Exception:  # noqa: BLE001
+                w, h = 0.0, 0.0
+            return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
+
+    @abstractmethod
+    def parse_text_page(self, page: "pymupdf.Page") -> ParsedPage:
+        """Elements of one PDF page that has a text layer."""
+
+    def parse_absurd_page(self, page: "pymupdf.Page") -> ParsedPage:
+        """Pages with an absurd size: parsers that can cope override; default as usual."""
+        return self.parse_text_page(page)
+
+    def parse_image_only_pdf_page(self, page: "pymupdf.Page") -> ParsedPage:
+        from mage_gym.graph.parsers.ocr import ocr_pdf_page
+
+        return ocr_pdf_page(page, dpi=self.ocr_dpi)
+
+    def parse_image_page(self, source: DocumentSource, index: int) -> ParsedPage:
+        from mage_gym.graph.parsers.ocr import ocr_image_file
+
+        return ocr_image_file(source.page_files[index], index, enabled=self.ocr_enabled)
+
+    def postprocess(self, pages: list[ParsedPage]) -> None:
+        """Cross-page passes (e.g. repeated headers). Default: nothing."""
+
+    # --- images -----------------------------------------------------------------
+
+    def _parse_images(
+        self, source: DocumentSource, pages: Sequence[int] | None, max_pages: int | None
+    ) -> ParsedDocument:
+        chosen, doc_warnings = select_pages(len(source.page_files), pages, max_pages, source.path)
+        out: list[ParsedPage] = []
+        for i in chosen:
+            try:
+                out.append(self.parse_image_page(source, i))
+            except Exception as exc:  # noqa: BLE001 - one unreadable image costs one page
+                log.warning("image page %d of %s failed: %s", i, source.path, exc)
+                out.append(ParsedPage(index=i, width=0.0, height=0.0, image_only=True,
+                                      warnings=[f"image unreadable: {exc.__class__.__name__}: {exc}"]))
+        self.postprocess(out)
+        return ParsedDocument(pages=out, parser=self.name, warnings=doc_warnings)
+
+
+__all__ = ["Parser", "select_pages", "needs_ocr", "is_absurd", "MAX_PAGE_SIDE_PT"]

@@ -1,0 +1,560 @@
+"""Rule-based parser from PyMuPDF's text dictionary: no model, ~10-25 ms a page.
+
+Why it exists: the layout model costs ~0.3 s a page; a corpus sweep, a test
+or a quick look needs a parser two orders of magnitude cheaper that still
+yields typed, paragraph-sized regions. Every rule is stated where it lives:
+
+- body font size: the character-weighted most common span size of the parsed
+  pages; a block is a *title* when short (<= 3 lines, <= 25 words) and either
+  >= 1.15x the body size, or bold at body size and <= 15 words. Levels rank the
+  distinct heading sizes (largest = 1); bold body-size headings come last.
+- *list*: a block whose first line starts with a bullet glyph or an
+  enumerator (``1.``, ``a)``, ``(iv)``); consecutive list blocks merge.
+- *caption*: starts with Figure/Fig./Table/Chart/Exhibit + a number.
+- *footnote*: in the lower 30% of the page, <= 0.85x body size.
+- *header/footer*: blocks of <= 2 lines and <= 8 words (or a page number)
+  wholly inside the top/bottom 7.5% band, or
+  whose digit-masked text repeats on >= half of the parsed pages (>= 3) in the
+  top/bottom 15%; they go to ``ParsedPage.header_text/footer_text``.
+- *table*: "text grids" (:mod:`.tables`: >= 3 rows of >= 3 separated short
+  cells), and clusters of only straight strokes/boxes (rules, cell shading)
+  whose text forms a grid of >= 2 rows x 2 cells. ``find_tables`` is off by
+  default (``tables=True`` enables it): on real pages it costs 0.1-0.7 s.
+- *figure/chart*: placed images and clusters of vector drawings (>= 1% of
+  the page, not a thin rule, not a text box background). A region is a
+  *chart* when it holds >= 3 numeric text labels (axis ticks, values) or is a
+  vector cluster of >= 20 paths with >= 2 numeric labels; otherwise a figure.
+  Text inside a visual region, and short labels just outside it (axis ticks,
+  legends), become the region's text and extend its box.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from mage_gym.graph.parsers.base import Parser
+from mage_gym.graph.parsers.tables import text_grid_tables
+from mage_gym.graph.parsers.geometry import (
+    MARGIN_BAND,
+    REPEAT_BAND,
+    area,
+    band_of,
+    clip_box,
+    inside_fraction,
+    intersection,
+    is_page_number,
+    looks_like_chart,
+    move_to_margins,
+    normalise_repeat_key,
+    repeated_margin_keys,
+    union,
+    xy_cut_order,
+)
+from mage_gym.graph.schema import BBox, ParsedElement, ParsedPage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pymupdf
+
+BULLET_RE = re.compile(
+    r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u2013\u2014\-\*\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076]"
+    r"|\(?\d{1,3}[.)](?!\d)|\(?[a-zA-Z][.)]|\((?:[ivxIVX]{1,5}|[a-zA-Z])\))(\s+|$)"
+)
+BULLET_ONLY_RE = re.compile(r"^\s*[\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u2013\-\*\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076]\s*$")
+CAPTION_RE = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|plate|diagram)\s*[\dIVX]+[a-z]?\s*[.:\-\u2013\u2014|]?", re.IGNORECASE)
+NUMERIC_RE = re.compile(r"^[\s$€£(+\-\u2212]*\d[\d.,]*\s*[%)kKmMbB]?\s*$")
+FOOTNOTE_START_RE = re.compile(r"^\s*(\d{1,3}|[*\u2020\u2021\u00a7]|[\u00b9\u00b2\u00b3\u2070-\u2079]+)")
+
+TEXT_FLAGS = None  # set lazily (needs pymupdf)
+
+
+@dataclass
+class Line:
+    bbox: BBox
+    text: str
+    size: float
+    bold: bool
+    n_chars: int
+    #: (bbox, text) pieces split where spans are far apart: table cells on one line
+    segments: list[tuple[BBox, str]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if not self.segments:
+            self.segments = [(self.bbox, self.text)]
+
+
+@dataclass
+class Block:
+    lines: list[Line]
+    bbox: BBox = (0.0, 0.0, 0.0, 0.0)
+
+    def __post_init__(self) -> None:
+        self.bbox = union([l.bbox for l in self.lines])
+
+    @property
+    def text(self) -> str:
+        return " ".join(l.text for l in self.lines).strip()
+
+    @property
+    def size(self) -> float:
+        n = sum(l.n_chars for l in self.lines) or 1
+        return sum(l.size * l.n_chars for l in self.lines) / n
+
+    @property
+    def bold(self) -> bool:
+        n = sum(l.n_chars for l in self.lines) or 1
+        return sum(l.n_chars for l in self.lines if l.bold) / n > 0.6
+
+
+@dataclass
+class RawPage:
+    """What pass 1 extracts from a page; pass 2 classifies with document statistics."""
+
+    index: int
+    width: float
+    height: float
+    blocks: list[Block]
+    visuals: list[tuple[BBox, str, int]] = field(default_factory=list)  # (bbox, "image"/"vector", n_paths)
+    tables: list[tuple[BBox, str]] = field(default_factory=list)  # (bbox, markdown)
+    n_chars: int = 0
+    image_cover: float = 0.0  # largest image's share of the page
+    warnings: list[str] = field(default_factory=list)
+
+
+def _text_flags() -> int:
+    import pymupdf
+
+    # no image payloads in the dict (they are the slow part); keep ligatures/whitespace
+    return pymupdf.TEXT_PRESERVE_LIGATURES | pymupdf.TEXT_PRESERVE_WHITESPACE | pymupdf.TEXT_MEDIABOX_CLIP
+
+
+def _lines_of_block(block: dict[str, Any]) -> list[Line]:
+    out: list[Line] = []
+    for ln in block.get("lines", ()):
+        spans = [s for s in ln.get("spans", ()) if s.get("text", "").strip()]
+        if not spans:
+            continue
+        text = "".join(s["text"] for s in ln["spans"]).strip()
+        text = " ".join(text.split())
+        n = sum(len(s["text"].strip()) for s in spans)
+        size = sum(s["size"] * len(s["text"].strip()) for s in spans) / max(n, 1)
+        bold_chars = sum(len(s["text"].strip()) for s in spans if (s["flags"] & 16) or "bold" in s["font"].lower() or "black" in s["font"].lower() or "heavy" in s["font"].lower())
+        segments: list[tuple[BBox, str]] = []
+        for sp in spans:
+            sb = tuple(sp["bbox"])
+            if segments and sb[0] - segments[-1][0][2] <= 1.2 * sp["size"]:
+                pb, pt = segments[-1]
+                segments[-1] = ((pb[0], min(pb[1], sb[1]), max(pb[2], sb[2]), max(pb[3], sb[3])), pt + sp["text"])
+            else:
+                segments.append((sb, sp["text"]))
+        segments = [(b, " ".join(t.split())) for b, t in segments if t.strip()]
+        text = " ".join(t for _, t in segments)  # a space where spans sit apart (table cells, labels)
+        out.append(Line(tuple(ln["bbox"]), text, float(size), bold_chars / max(n, 1) > 0.6, n, segments))
+    return out
+
+
+def _glue_bullet_lines(lines: list[Line]) -> list[Line]:
+    """A bullet glyph drawn as its own line joins the text line on its right."""
+    if not any(BULLET_ONLY_RE.match(l.text) for l in lines):
+        return lines
+    rest = [l for l in lines if not BULLET_ONLY_RE.match(l.text)]
+    for m in (l for l in lines if BULLET_ONLY_RE.match(l.text)):
+        best, dist = None, 1e9
+        for i, l in enumerate(rest):
+            overlap = min(m.bbox[3], l.bbox[3]) - max(m.bbox[1], l.bbox[1])
+            dx = l.bbox[0] - m.bbox[2]
+            if overlap > 0 and -2 <= dx < 40 and dx < dist:
+                best, dist = i, dx
+        if best is None:
+            rest.append(m)
+        else:
+            l = rest[best]
+            rest[best] = Line(union([l.bbox, m.bbox]), "\u2022 " + l.text, l.size, l.bold, l.n_chars)
+    return sorted(rest, key=lambda l: (round(l.bbox[1]), l.bbox[0]))
+
+
+def _split_block(lines: list[Line]) -> list[Block]:
+    """Split a PyMuPDF block where the font size/weight changes or a big gap opens.
+
+    PyMuPDF often glues a heading to the paragraph under it; the split puts
+    them back into separate regions.
+    """
+    groups: list[list[Line]] = []
+    for ln in lines:
+        if groups:
+            prev = groups[-1][-1]
+            h = max(prev.bbox[3] - prev.bbox[1], 1.0)
+            size_jump = abs(ln.size - prev.size) > 0.15 * max(prev.size, 1.0)
+            weight_jump = ln.bold != prev.bold and (len(prev.text) < 80 or len(ln.text) < 80) and \
+                not (ln.bbox[1] < prev.bbox[3] - 0.3 * h)  # same baseline: inline bold, no split
+            gap = ln.bbox[1] - prev.bbox[3] > 1.2 * h
+            new_item = bool(BULLET_RE.match(ln.text)) and ln.bbox[1] >= prev.bbox[3] - 0.3 * h
+            if not (size_jump or weight_jump or gap or new_item):
+                groups[-1].append(ln)
+                continue
+        groups.append([ln])
+    return [Block(g) for g in groups]
+
+
+def _attach_bullets(blocks: list[Block]) -> list[Block]:
+    """A lone bullet glyph (its own block) is prefixed to the text on its right."""
+    markers = [b for b in blocks if BULLET_ONLY_RE.match(b.text)]
+    if not markers:
+        return blocks
+    rest = [b for b in blocks if not BULLET_ONLY_RE.match(b.text)]
+    for m in markers:
+        my0, my1 = m.bbox[1], m.bbox[3]
+        best, dist = None, 1e9
+        for b in rest:
+            first = b.lines[0]
+            overlap = min(my1, first.bbox[3]) - max(my0, first.bbox[1])
+            dx = first.bbox[0] - m.bbox[2]
+            if overlap > 0 and -2 <= dx < 40 and dx < dist:
+                best, dist = b, dx
+        if best is not None:
+            f = best.lines[0]
+            best.lines[0] = Line(union([f.bbox, m.bbox]), "\u2022 " + f.text, f.size, f.bold, f.n_chars)
+            best.bbox = union([best.bbox, m.bbox])
+    return rest
+
+
+def _is_straight(item: dict[str, Any]) -> int:
+    """Number of horizontal/vertical strokes (or rectangles) in a drawing path."""
+    n = 0
+    for it in item.get("items", ()):
+        op = it[0]
+        if op == "re":
+            n += 1
+        elif op == "l":
+            p, q = it[1], it[2]
+            if abs(p.x - q.x) < 1.0 or abs(p.y - q.y) < 1.0:
+                n += 1
+    return n
+
+
+class FastParser(Parser):
+    """Rule-based regions from the text layer; see the module docstring for the rules."""
+
+    name = "fast"
+
+    def __init__(self, tables: bool = False, grid_tables: bool = True, min_table_strokes: int = 6,
+                 max_paths: int = 5000, **cfg: Any) -> None:
+        super().__init__(**cfg)
+        self.tables = tables
+        self.grid_tables = grid_tables
+        self.min_table_strokes = min_table_strokes
+        self.max_paths = max_paths
+
+    # pass 1 ----------------------------------------------------------------------
+
+    def extract(self, page: "pymupdf.Page") -> RawPage:
+        W, H = page.rect.width, page.rect.height
+        d = page.get_text("dict", flags=_text_flags())
+        blocks: list[Block] = []
+        for b in d.get("blocks", ()):
+            if b.get("type") != 0:
+                continue
+            lines = _glue_bullet_lines(_lines_of_block(b))
+            if lines:
+                blocks.extend(_split_block(lines))
+        blocks = _attach_bullets(blocks)
+        raw = RawPage(page.number, W, H, blocks)
+        page_area = max(W * H, 1.0)
+        raw.n_chars = sum(l.n_chars for b in blocks for l in b.lines)
+        text_present = raw.n_chars > 20
+
+        for info in page.get_image_info():
+            bb = clip_box(tuple(info["bbox"]), W, H)
+            raw.image_cover = max(raw.image_cover, area(bb) / page_area)
+            if area(bb) < 0.01 * page_area or min(bb[2] - bb[0], bb[3] - bb[1]) < 0.03 * min(W, H):
+                continue
+            if area(bb) > 0.8 * page_area and text_present:
+                continue  # full-page background under real text
+            raw.visuals.append((bb, "image", 0))
+
+        paths = page.get_drawings()
+        if len(paths) > self.max_paths:
+            raw.warnings.append(f"{len(paths)} vector paths: drawing clusters skipped")
+            paths = []
+        strokes = sum(_is_straight(p) for p in paths) if paths else 0
+        if paths:
+            try:
+                clusters = page.cluster_drawings(drawings=paths)
+            except Exception:  # noqa: BLE001 - older PyMuPDF or odd paths
+                clusters = []
+            for r in clusters:
+                bb = clip_box((r.x0, r.y0, r.x1, r.y1), W, H)
+                w, h = bb[2] - bb[0], bb[3] - bb[1]
+                if area(bb) < 0.01 * page_area or w < 0.05 * W or h < 0.04 * H:
+                    continue
+                if area(bb) > 0.85 * page_area:
+                    continue  # page frame / background
+                members = [p for p in paths if inside_fraction(tuple(p["rect"]), bb) > 0.8]
+                n_straight = sum(1 for p in members if _is_straight(p) == len(p.get("items", ())) > 0)
+                if members and n_straight >= 0.8 * len(members):
+                    # only rules and boxes: a ruled table if the text inside forms a grid
+                    inner = [seg for b in blocks for l in b.lines if inside_fraction(l.bbox, bb) > 0.8 for seg in l.segments]
+                    grids = text_grid_tables(inner, W, min_rows=2, min_cells=2)
+                    if grids and sum(area(g.bbox) for g in grids) >= 0.4 * area(bb):
+                        for g in grids:
+                            raw.tables.append((g.bbox, g.markdown))
+                        continue
+                raw.visuals.append((bb, "vector", len(members)))
+
+        if self.tables and strokes >= self.min_table_strokes:
+            try:
+                found = page.find_tables(use_layout=False)
+                for t in found.tables:
+                    bb = clip_box(tuple(t.bbox), W, H)
+                    if t.row_count < 2 or t.col_count < 2:
+                        continue
+                    try:
+                        md = t.to_markdown(clean=False)
+                    except Exception:  # noqa: BLE001
+                        md = ""
+                    raw.tables.append((bb, md))
+            except Exception as exc:  # noqa: BLE001
+                raw.warnings.append(f"find_tables failed: {exc}")
+        if self.grid_tables:
+            free = [l for b in blocks for l in b.lines if not any(inside_fraction(l.bbox, t[0]) > 0.6 for t in raw.tables)]
+            for gt in text_grid_tables([seg for l in free for seg in l.segments], W):
+                # numbers inside a chart or picture form a grid too: the visual wins there
+                if any(inside_fraction(gt.bbox, v[0]) > 0.6 and (v[1] == "image" or v[2] >= 20)
+                       and area(gt.bbox) < 0.5 * area(v[0]) for v in raw.visuals):
+                    continue
+                raw.tables.append((gt.bbox, gt.markdown))
+        return raw
+
+    # pass 2 ----------------------------------------------------------------------
+
+    def parse_pdf_pages(self, doc: "pymupdf.Document", page_numbers: list[int]) -> list[ParsedPage]:
+        from mage_gym.graph.parsers.base import MIN_IMAGE_COVER, MIN_TEXT_CHARS, is_absurd
+
+        raws: dict[int, RawPage] = {}
+        done: dict[int, ParsedPage] = {}
+        for pno in page_numbers:
+            try:
+                page = doc.load_page(pno)
+                raw = self.extract(page)
+                # same rule as base.needs_ocr, from the text we already extracted
+                if self.ocr_enabled and raw.n_chars < MIN_TEXT_CHARS and raw.image_cover >= MIN_IMAGE_COVER:
+                    done[pno] = self.parse_image_only_pdf_page(page)
+                    continue
+                if is_absurd(raw.width, raw.height):
+                    raw.warnings.append(f"absurd page size {raw.width:.0f}x{raw.height:.0f} pt")
+                raws[pno] = raw
+            except Exception as exc:  # noqa: BLE001 - isolate one page
+                done[pno] = self.parse_one_pdf_page_failed(doc, pno, exc)
+        stats = DocStats.from_raw(list(raws.values()))
+        for pno, raw in raws.items():
+            try:
+                done[pno] = classify(raw, stats)
+            except Exception as exc:  # noqa: BLE001
+                done[pno] = self.parse_one_pdf_page_failed(doc, pno, exc)
+        return [done[p] for p in page_numbers]
+
+    def parse_one_pdf_page_failed(self, doc: "pymupdf.Document", pno: int, exc: Exception) -> ParsedPage:
+        try:
+            r = doc.load_page(pno).rect
+            w, h = r.width, r.height
+        except Exception:  # noqa: BLE001
+            w = h = 0.0
+        return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
+
+    def parse_text_page(self, page: "pymupdf.Page") -> ParsedPage:
+        raw = self.extract(page)
+        return classify(raw, DocStats.from_raw([raw]))
+
+
+@dataclass
+class DocStats:
+    body_size: float
+    heading_sizes: list[float]
+    repeated: set[str]
+
+    @classmethod
+    def from_raw(cls, raws: list[RawPage]) -> "DocStats":
+        sizes: Counter[float] = Counter()
+        for r in raws:
+            for b in r.blocks:
+                for l in b.lines:
+                    sizes[round(l.size * 2) / 2] += l.n_chars
+        body = sizes.most_common(1)[0][0] if sizes else 10.0
+        cand: set[float] = set()
+        for r in raws:
+            for b in r.blocks:
+                if _title_shape(b) and b.size >= 1.15 * body:
+                    cand.add(round(b.size))
+        repeated = repeated_margin_keys(
+            [[(l.bbox, l.text) for b in r.blocks for l in b.lines] for r in raws], [r.height for r in raws]
+        )
+        return cls(body, sorted(cand, reverse=True)[:5], repeated)
+
+    def heading_level(self, size: float) -> int:
+        s = round(size)
+        if s in self.heading_sizes:
+            return self.heading_sizes.index(s) + 1
+        return len(self.heading_sizes) + 1
+
+
+def _title_shape(b: Block) -> bool:
+    words = len(b.text.split())
+    return len(b.lines) <= 3 and 0 < words <= 25 and any(c.isalpha() for c in b.text)
+
+
+def _margin_kind(b: Block, r: RawPage, stats: DocStats) -> str | None:
+    text = b.text
+    where = band_of(b.bbox, r.height, MARGIN_BAND)
+    if where and len(b.lines) <= 2 and (len(text.split()) <= 8 or is_page_number(text)):
+        return where
+    wide = band_of(b.bbox, r.height, REPEAT_BAND)
+    if wide and (normalise_repeat_key(text) in stats.repeated or
+                 all(normalise_repeat_key(l.text) in stats.repeated for l in b.lines)):
+        return wide
+    if wide and is_page_number(text) and band_of(b.bbox, r.height, 0.12):
+        return wide
+    return None
+
+
+def classify(r: RawPage, stats: DocStats) -> ParsedPage:
+    """Pass 2: typed elements in reading order for one page."""
+    body = stats.body_size
+    header: list[str] = []
+    footer: list[str] = []
+    elements: list[ParsedElement] = []
+
+    # visual regions: merge overlapping ones, drop those that are text-box backgrounds or tables
+    tables = [(bb, md) for bb, md in r.tables]
+    visuals: list[list[Any]] = []
+    for bb, kind, n in sorted(r.visuals, key=lambda v: -area(v[0])):
+        if any(intersection(bb, t[0]) > 0.5 * area(bb) for t in tables):
+            continue
+        for v in visuals:
+            if intersection(bb, v[0]) > 0.3 * min(area(bb), area(v[0])):
+                v[0] = union([v[0], bb])
+                v[2] += n
+                v[3] = v[3] or kind == "vector"
+                break
+        else:
+            visuals.append([bb, kind, n, kind == "vector"])
+    kept_visuals: list[list[Any]] = []
+    for v in visuals:
+        inside = [b for b in r.blocks if inside_fraction(b.bbox, v[0]) > 0.6]
+        prose = sum(1 for b in inside for l in b.lines if len(l.text.split()) >= 7)
+        text_area = sum(area(l.bbox) for b in inside for l in b.lines)
+        if v[1] == "vector" and v[2] < 20 and (prose >= 2 or text_area > 0.25 * area(v[0])):
+            continue  # a shaded text box, not a graphic
+        if v[1] == "image" and prose >= 4 and text_area > 0.35 * area(v[0]):
+            continue  # an image behind a text column
+        kept_visuals.append(v)
+    _grow_visuals_over_labels(kept_visuals, r.blocks, body, tables)
+
+    absorbed: dict[int, list[Block]] = {i: [] for i in range(len(tables) + len(kept_visuals))}
+    texts: list[Block] = []
+    for b in r.blocks:
+        kind = _margin_kind(b, r, stats)
+        if kind == "header":
+            header.append(b.text)
+            continue
+        if kind == "footer":
+            footer.append(b.text)
+            continue
+        owner = None
+        for i, (bb, _md) in enumerate(tables):
+            if inside_fraction(b.bbox, bb) > 0.6:
+                owner = i
+                break
+        if owner is None:
+            for j, v in enumerate(kept_visuals):
+                if inside_fraction(b.bbox, v[0]) > 0.6 and not CAPTION_RE.match(b.text):
+                    owner = len(tables) + j
+                    break
+        if owner is not None:
+            absorbed[owner].append(b)
+        else:
+            texts.append(b)
+
+    for i, (bb, md) in enumerate(tables):
+        inner = absorbed[i]
+        text = " ".join(b.text for b in inner)
+        elements.append(ParsedElement("table", bb, text or md, table_markdown=md or None))
+    for j, v in enumerate(kept_visuals):
+        inner = absorbed[len(tables) + j]
+        labels = [l.text for b in inner for l in b.lines]
+        chart = looks_like_chart(labels, v[2])
+        elements.append(ParsedElement("chart" if chart else "figure", tuple(v[0]), " ".join(labels)))
+
+    for b in texts:
+        text = b.text
+        if not text:
+            continue
+        if CAPTION_RE.match(text) and len(b.lines) <= 6:
+            elements.append(ParsedElement("caption", b.bbox, text))
+        elif BULLET_RE.match(b.lines[0].text) and not (len(b.lines) == 1 and NUMERIC_RE.match(text)):
+            elements.append(ParsedElement("list", b.bbox, "\n".join(l.text for l in b.lines)))
+        elif _title_shape(b) and not text.endswith((".", ",", ";")) and (
+            b.size >= 1.15 * body or (b.bold and b.size >= 0.95 * body and len(text.split()) <= 15 and len(b.lines) <= 2)
+        ):
+            elements.append(ParsedElement("title", b.bbox, text, heading_level=stats.heading_level(b.size)))
+        elif b.size <= 0.85 * body and b.bbox[1] >= 0.7 * r.height and FOOTNOTE_START_RE.match(text):
+            elements.append(ParsedElement("footnote", b.bbox, text))
+        else:
+            elements.append(ParsedElement("paragraph", b.bbox, text))
+
+    elements = [ParsedElement(e.type, clip_box(e.bbox, r.width, r.height), e.text, e.table_markdown, e.heading_level, e.ocr)
+                for e in elements]
+    ordered = xy_cut_order(elements, lambda e: e.bbox, min_gap_x=max(6.0, 0.012 * r.width), min_gap_y=2.0)
+    ordered = merge_lists(ordered)
+    page = ParsedPage(index=r.index, width=r.width, height=r.height, elements=ordered, warnings=list(r.warnings))
+    move_to_margins(page, header, footer)
+    return page
+
+
+def _box_gap(a: BBox, b: BBox) -> float:
+    """Distance between two boxes (0 when they touch or overlap)."""
+    dx = max(0.0, max(a[0], b[0]) - min(a[2], b[2]))
+    dy = max(0.0, max(a[1], b[1]) - min(a[3], b[3]))
+    return max(dx, dy)
+
+
+def _grow_visuals_over_labels(visuals: list[list[Any]], blocks: list[Block], body: float,
+                              tables: list[tuple[BBox, str]]) -> None:
+    """Extend each visual region over the short labels drawn just outside it.
+
+    Axis ticks, legends and category names of a chart usually sit outside
+    the cluster of vector paths (or the raster image); they belong to the
+    chart, both for its text and for its box. A label is a block of <= 2 lines
+    and <= 6 words, not a caption, within 2.5x the body font size of the region.
+    """
+    pad = 2.5 * body
+    for v in visuals:
+        for _ in range(2):
+            grown = False
+            for b in blocks:
+                if inside_fraction(b.bbox, v[0]) > 0.6 or len(b.text.split()) > 12 or \
+                        any(len(l.text.split()) > 5 for l in b.lines):
+                    continue
+                if CAPTION_RE.match(b.text) or any(inside_fraction(b.bbox, t[0]) > 0.6 for t in tables):
+                    continue
+                if _box_gap(b.bbox, v[0]) <= pad:
+                    v[0] = union([v[0], b.bbox])
+                    grown = True
+            if not grown:
+                break
+
+
+def merge_lists(elements: list[ParsedElement]) -> list[ParsedElement]:
+    """Consecutive list items (in reading order, stacked vertically) become one list."""
+    out: list[ParsedElement] = []
+    for e in elements:
+        if out and e.type == "list" and out[-1].type == "list":
+            p = out[-1]
+            h_ov = min(p.bbox[2], e.bbox[2]) - max(p.bbox[0], e.bbox[0])
+            v_gap = e.bbox[1] - p.bbox[3]
+            line_h = 30.0
+            if h_ov > 0 and -5 <= v_gap <= line_h:
+                out[-1] = ParsedElement("list", union([p.bbox, e.bbox]), p.text + "\n" + e.text, ocr=p.ocr and e.ocr)
+                continue
+        out.append(e)
+    return out

@@ -1,0 +1,194 @@
+"""Box geometry shared by the parsers: reading order, unions, margin bands.
+
+Why here: the fast parser, the OCR grouping and the layout adapter all need
+the same reading order (columns before rows) and the same notion of "this
+line sits in the page's header band", and each rule should exist once.
+"""
+from __future__ import annotations
+
+import re
+from collections import Counter
+from typing import Callable, Sequence, TypeVar
+
+from mage_gym.graph.schema import BBox, ParsedPage
+
+T = TypeVar("T")
+
+#: Share of the page height at the top/bottom where running headers/footers live.
+MARGIN_BAND = 0.075
+#: A line repeated (digits ignored) on this share of the parsed pages, inside
+#: the wider repetition band, is a running header/footer even if not in MARGIN_BAND.
+REPEAT_SHARE = 0.5
+REPEAT_BAND = 0.15
+
+_DIGITS = re.compile(r"\d+")
+_PAGE_NUMBER = re.compile(r"^\s*(page\s*)?[\divxlcIVXLC]{1,6}(\s*(/|of)\s*\d+)?\s*$", re.IGNORECASE)
+
+
+def union(boxes: Sequence[BBox]) -> BBox:
+    return (
+        min(b[0] for b in boxes),
+        min(b[1] for b in boxes),
+        max(b[2] for b in boxes),
+        max(b[3] for b in boxes),
+    )
+
+
+def area(b: BBox) -> float:
+    return max(0.0, b[2] - b[0]) * max(0.0, b[3] - b[1])
+
+
+def intersection(a: BBox, b: BBox) -> float:
+    return max(0.0, min(a[2], b[2]) - max(a[0], b[0])) * max(0.0, min(a[3], b[3]) - max(a[1], b[1]))
+
+
+def inside_fraction(inner: BBox, outer: BBox) -> float:
+    a = area(inner)
+    return intersection(inner, outer) / a if a > 0 else 0.0
+
+
+def clip_box(b: BBox, width: float, height: float) -> BBox:
+    """Clamp a box into the page; keep x0<=x1, y0<=y1."""
+    x0, y0, x1, y1 = b
+    x0, x1 = sorted((min(max(x0, 0.0), width), min(max(x1, 0.0), width)))
+    y0, y1 = sorted((min(max(y0, 0.0), height), min(max(y1, 0.0), height)))
+    return (float(x0), float(y0), float(x1), float(y1))
+
+
+def _gaps(intervals: list[tuple[float, float]], min_gap: float) -> list[float]:
+    """Cut positions in the middle of gaps >= ``min_gap`` of a 1-D projection."""
+    cuts: list[float] = []
+    ivs = sorted(intervals)
+    reach = ivs[0][1]
+    for lo, hi in ivs[1:]:
+        if lo - reach >= min_gap:
+            cuts.append((reach + lo) / 2.0)
+        reach = max(reach, hi)
+    return cuts
+
+
+def xy_cut_order(items: Sequence[T], box_of: Callable[[T], BBox], min_gap_x: float = 8.0,
+                 min_gap_y: float = 2.0) -> list[T]:
+    """Reading order by recursive XY-cut, preferring column cuts.
+
+    At each level the items are split at vertical gaps (columns, read left to
+    right) when any exist, otherwise at horizontal gaps (rows, top to bottom);
+    a group with no gap is read top-to-bottom, left-to-right. Preferring
+    columns reads two-column papers column by column, while a full-width title
+    or footer block (which closes every vertical gap) is cut off by rows first.
+    """
+    items = list(items)
+    if len(items) <= 1:
+        return items
+
+    def rec(group: list[T], depth: int) -> list[T]:
+        if len(group) <= 1 or depth > 40:
+            return sorted(group, key=lambda it: (round(box_of(it)[1], 1), box_of(it)[0]))
+        for axis, gap in ((0, min_gap_x), (1, min_gap_y)):
+            lo, hi = (0, 2) if axis == 0 else (1, 3)
+            cuts = _gaps([(box_of(it)[lo], box_of(it)[hi]) for it in group], gap)
+            if cuts:
+                bins: list[list[T]] = [[] for _ in range(len(cuts) + 1)]
+                for it in group:
+                    mid = (box_of(it)[lo] + box_of(it)[hi]) / 2.0
+                    k = sum(1 for c in cuts if mid > c)
+                    bins[k].append(it)
+                bins = [b for b in bins if b]
+                if len(bins) > 1:
+                    return [x for b in bins for x in rec(b, depth + 1)]
+        return sorted(group, key=lambda it: (round(box_of(it)[1], 1), box_of(it)[0]))
+
+    return rec(items, 0)
+
+
+def normalise_repeat_key(text: str) -> str:
+    """Text with digits masked, for spotting running headers ("Page 3" == "Page 4")."""
+    return _DIGITS.sub("#", " ".join(text.lower().split()))
+
+
+def is_page_number(text: str) -> bool:
+    return bool(_PAGE_NUMBER.match(text)) and len(text.strip()) <= 14
+
+
+def band_of(bbox: BBox, height: float, band: float = MARGIN_BAND) -> str | None:
+    """"header"/"footer" when the box lies wholly in the top/bottom band."""
+    if height <= 0:
+        return None
+    if bbox[3] <= band * height:
+        return "header"
+    if bbox[1] >= (1.0 - band) * height:
+        return "footer"
+    return None
+
+
+def repeated_margin_keys(pages_lines: list[list[tuple[BBox, str]]], heights: list[float]) -> set[str]:
+    """Keys of lines that recur near the top/bottom of many pages.
+
+    ``pages_lines`` holds, per page, (bbox, text) of candidate lines. A key
+    counts once per page; with fewer than 3 pages repetition is not evidence.
+    """
+    n = len(pages_lines)
+    if n < 3:
+        return set()
+    counts: Counter[str] = Counter()
+    for lines, h in zip(pages_lines, heights):
+        seen = set()
+        for bbox, text in lines:
+            if band_of(bbox, h, REPEAT_BAND) and len(text.strip()) >= 3:
+                seen.add(normalise_repeat_key(text))
+        counts.update(seen)
+    need = max(3, int(REPEAT_SHARE * n + 0.999))
+    return {k for k, c in counts.items() if c >= need}
+
+
+def join_margin_text(parts: list[str]) -> str:
+    return " | ".join(p.strip() for p in parts if p.strip())
+
+
+def move_to_margins(page: ParsedPage, header: list[str], footer: list[str]) -> None:
+    page.header_text = join_margin_text(([page.header_text] if page.header_text else []) + header)
+    page.footer_text = join_margin_text(([page.footer_text] if page.footer_text else []) + footer)
+
+
+_NUMERIC_TOKEN = re.compile(r"^[\s$€£(+\-\u2212]*\d[\d.,]*\s*[%)kKmMbB]?[,;]?$")
+
+
+def numeric_tokens(texts: Sequence[str]) -> int:
+    """Count of number-like tokens (axis ticks, values, percentages)."""
+    return sum(1 for t in texts for tok in t.split() if _NUMERIC_TOKEN.match(tok))
+
+
+def looks_like_chart(label_texts: Sequence[str], n_paths: int) -> bool:
+    """Chart-vs-figure rule shared by the parsers.
+
+    A picture region is a *chart* when the text inside it has >= 3 numeric
+    tokens (tick labels, data labels, percentages), or >= 2 numeric tokens with
+    >= 20 vector paths inside (bars, axes, gridlines drawn as vectors). Photos,
+    logos and diagrams rarely carry several numbers.
+    """
+    n = numeric_tokens(label_texts)
+    return n >= 3 or (n >= 2 and n_paths >= 20)
+
+
+_BULLET_ONLY = re.compile(r"^\s*[\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u2013\-\*\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076]\s*$")
+
+
+def is_bullet_only(text: str) -> bool:
+    """A line that is nothing but a bullet glyph (PDFs often draw it apart)."""
+    return bool(_BULLET_ONLY.match(text))
+
+
+def join_lines(texts: Sequence[str], sep: str = " ") -> str:
+    """Join line texts, gluing a lone bullet glyph to the line after it."""
+    out: list[str] = []
+    pending = ""
+    for t in texts:
+        t = t.strip()
+        if not t:
+            continue
+        if is_bullet_only(t):
+            pending = "\u2022 "
+            continue
+        out.append(pending + t)
+        pending = ""
+    return sep.join(out)

@@ -1,0 +1,339 @@
+"""Default parser: PyMuPDF's built-in ONNX layout model via pymupdf4llm.
+
+Why this model: it ships inside ``pymupdf_layout`` (no download), knows the
+region classes we need (text, title, section-header, list-item, table,
+picture, caption, formula, footnote, page-header, page-footer) and returns
+them with a reading order; ~0.2-0.5 s a page on this CPU.
+
+Mapping to :data:`~mage_gym.graph.schema.ELEMENT_TYPES`:
+``title``/``section-header`` -> title (``header_level`` from the model's font
+size ranking; a ``title`` box is level 1), ``text`` -> paragraph,
+consecutive ``list-item`` boxes -> one list, ``table`` -> table (markdown from
+the model's table grid, else from ``find_tables(use_layout=False)`` on the
+same area), ``picture`` -> chart or figure (rule in
+:func:`~mage_gym.graph.parsers.geometry.looks_like_chart`: numeric labels and
+vector paths inside the box), ``caption``/``formula``/``footnote`` as is.
+``page-header``/``page-footer`` are not elements: their text goes to
+``ParsedPage.header_text``/``footer_text``.
+
+Routing: pages without a text layer go to OCR (``image_ocr="rapidocr"``: our
+line grouping, see :mod:`.ocr`; ``"layout"``: pymupdf4llm runs RapidOCR,
+writes the text into the page, then the layout model boxes it, which also
+finds pictures and tables on scans). Pages with an absurd size, or on which
+the model fails, fall back to the fast parser with a page warning.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import warnings
+from typing import TYPE_CHECKING, Any
+
+from mage_gym.graph.parsers.base import Parser, is_absurd, needs_ocr
+from mage_gym.graph.parsers.geometry import clip_box, join_lines, looks_like_chart, move_to_margins, union
+from mage_gym.graph.schema import ParsedElement, ParsedPage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import pymupdf
+
+log = logging.getLogger(__name__)
+
+_SIMPLE = {"text": "paragraph", "caption": "caption", "formula": "formula", "footnote": "footnote"}
+_MARGIN = {"page-header": "header", "page-footer": "footer"}
+
+
+def _get(box: Any, key: str, default: Any = None) -> Any:
+    return box.get(key, default) if isinstance(box, dict) else getattr(box, key, default)
+
+
+def _join_spans(spans: Any) -> str:
+    """Span texts of one line, with a space where the spans are visibly apart.
+
+    The layout helper merges spans at one height into a line even across a gap
+    (chart labels "2015" and "2008"); gluing them would corrupt numbers.
+    """
+    parts: list[str] = []
+    prev_x1: float | None = None
+    for s in spans:
+        text = s.get("text", "")
+        bbox = s.get("bbox")
+        if parts and bbox is not None and prev_x1 is not None:
+            gap = bbox[0] - prev_x1
+            if gap > 0.2 * float(s.get("size", 10.0)) and not parts[-1].endswith(" ") and not text.startswith(" "):
+                parts.append(" ")
+        parts.append(text)
+        if bbox is not None:
+            prev_x1 = bbox[2]
+    return "".join(parts).strip()
+
+
+def _lines_text(textlines: Any, sep: str = " ") -> str:
+    out = []
+    for line in textlines or ():
+        spans = line.get("spans", ()) if isinstance(line, dict) else line[1]
+        t = _join_spans(spans)
+        if t:
+            out.append(" ".join(t.split()))
+    return join_lines(out, sep)
+
+
+def _run_layout_model(doc: "pymupdf.Document", pages: list[int], ocr: bool = False) -> list[Any]:
+    """pymupdf4llm's layout pass over ``pages``; returns its per-page records.
+
+    Uses ``parse_document`` (the function behind the public ``to_json``) to
+    skip a JSON round trip, falling back to ``to_json`` if the helper moved.
+    Library chatter on stdout is swallowed.
+    """
+    import pymupdf4llm
+
+    import pymupdf
+
+    kwargs: dict[str, Any] = dict(pages=pages, force_text=True, use_ocr=ocr, force_ocr=ocr)
+    sink = io.StringIO()
+    # pymupdf.message() writes to a stream captured at import time, not sys.stdout
+    saved = getattr(pymupdf, "_g_out_message", None)
+    if saved is not None:
+        pymupdf._g_out_message = sink
+    try:
+        with contextlib.redirect_stdout(sink), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy noise in OCR feature code
+            try:
+                from pymupdf4llm.helpers.document_layout import parse_document
+
+                parsed = parse_document(doc, **kwargs)
+                records = list(parsed.pages)
+            except ImportError:  # pragma: no cover - layout helper relocated
+                import json
+
+                records = json.loads(pymupdf4llm.to_json(doc, **kwargs))["pages"]
+    finally:
+        if saved is not None:
+            pymupdf._g_out_message = saved
+    return records
+
+
+class LayoutParser(Parser):
+    """Regions from the layout model; see the module docstring for the mapping."""
+
+    name = "layout"
+
+    def __init__(self, batch_pages: int = 16, image_ocr: str = "rapidocr", **cfg: Any) -> None:
+        super().__init__(**cfg)
+        if image_ocr not in ("rapidocr", "layout"):
+            raise ValueError(f"image_ocr must be 'rapidocr' or 'layout', not {image_ocr!r}")
+        self.batch_pages = max(1, int(batch_pages))
+        self.image_ocr = image_ocr
+        self._fast: Any = None
+
+    # --- routing ------------------------------------------------------------------
+
+    def _fast_parser(self) -> Any:
+        if self._fast is None:
+            from mage_gym.graph.parsers.fast import FastParser
+
+            self._fast = FastParser(ocr=self.ocr_enabled, ocr_dpi=self.ocr_dpi)
+        return self._fast
+
+    def parse_pdf_pages(self, doc: "pymupdf.Document", page_numbers: list[int]) -> list[ParsedPage]:
+        done: dict[int, ParsedPage] = {}
+        model_pages: list[int] = []
+        for pno in page_numbers:
+            try:
+                page = doc.load_page(pno)
+                if self.ocr_enabled and needs_ocr(page):
+                    done[pno] = self.parse_image_only_pdf_page(page)
+                elif is_absurd(page.rect.width, page.rect.height):
+                    done[pno] = self.parse_absurd_page(page)
+                else:
+                    model_pages.append(pno)
+            except Exception as exc:  # noqa: BLE001 - isolate one bad page
+                done[pno] = self._failed(doc, pno, exc)
+        for i in range(0, len(model_pages), self.batch_pages):
+            batch = model_pages[i : i + self.batch_pages]
+            try:
+                for pno, rec in zip(batch, _run_layout_model(doc, batch)):
+                    done[pno] = self.convert(doc.load_page(pno), rec)
+            except Exception as exc:  # noqa: BLE001 - retry page by page, then fall back
+                log.warning("layout batch %s failed (%s); retrying per page", batch, exc)
+                for pno in batch:
+                    done[pno] = self._one_page_with_fallback(doc, pno)
+        return [done[p] for p in page_numbers]
+
+    def _one_page_with_fallback(self, doc: "pymupdf.Document", pno: int) -> ParsedPage:
+        try:
+            (rec,) = _run_layout_model(doc, [pno])
+            return self.convert(doc.load_page(pno), rec)
+        except Exception as exc:  # noqa: BLE001
+            try:
+                page = self._fast_parser().parse_text_page(doc.load_page(pno))
+                page.warnings.append(f"layout model failed ({exc.__class__.__name__}: {exc}); used fast parser")
+                return page
+            except Exception as exc2:  # noqa: BLE001
+                return self._failed(doc, pno, exc2)
+
+    @staticmethod
+    def _failed(doc: "pymupdf.Document", pno: int, exc: Exception) -> ParsedPage:
+        try:
+            r = doc.load_page(pno).rect
+            w, h = r.width, r.height
+        except Exception:  # noqa: BLE001
+            w = h = 0.0
+        return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
+
+    def parse_text_page(self, page: "pymupdf.Page") -> ParsedPage:
+        return self._one_page_with_fallback(page.parent, page.number)
+
+    def parse_absurd_page(self, page: "pymupdf.Page") -> ParsedPage:
+        out = self._fast_parser().parse_text_page(page)
+        out.warnings.append(
+            f"absurd page size {page.rect.width:.0f}x{page.rect.height:.0f} pt: parsed with the fast parser"
+        )
+        return out
+
+    def parse_image_only_pdf_page(self, page: "pymupdf.Page") -> ParsedPage:
+        if self.image_ocr == "rapidocr":
+            return super().parse_image_only_pdf_page(page)
+        try:
+            (rec,) = _run_layout_model(page.parent, [page.number], ocr=True)
+            out = self.convert(page.parent.load_page(page.number), rec, ocr=True)
+            out.image_only = True
+            return out
+        except Exception as exc:  # noqa: BLE001
+            out = super().parse_image_only_pdf_page(page)
+            out.warnings.append(f"layout OCR failed ({exc}); used line-grouping OCR")
+            return out
+
+    def parse_image_page(self, source: Any, index: int) -> ParsedPage:
+        if self.image_ocr == "rapidocr" or not self.ocr_enabled:
+            return super().parse_image_page(source, index)
+        return _layout_ocr_image(self, source.page_files[index], index)
+
+    # --- conversion ---------------------------------------------------------------
+
+    def convert(self, page: "pymupdf.Page", rec: Any, ocr: bool = False, scale: float = 1.0) -> ParsedPage:
+        """One pymupdf4llm page record -> :class:`ParsedPage` (boxes x ``scale``)."""
+        W, H = page.rect.width * scale, page.rect.height * scale
+        header: list[str] = []
+        footer: list[str] = []
+        elements: list[ParsedElement] = []
+        warnings: list[str] = []
+        paths: list[Any] | None = None
+        found_tables: list[Any] = [None]  # find_tables result, computed once per page if needed
+        for box in _get(rec, "boxes", ()) or ():
+            cls = _get(box, "boxclass", "text")
+            raw_bbox = (float(_get(box, "x0")), float(_get(box, "y0")), float(_get(box, "x1")), float(_get(box, "y1")))
+            bbox = clip_box(tuple(v * scale for v in raw_bbox), W, H)
+            textlines = _get(box, "textlines")
+            if cls in _MARGIN:
+                text = _lines_text(textlines)
+                if text:
+                    (header if _MARGIN[cls] == "header" else footer).append(text)
+                continue
+            if cls in ("title", "section-header"):
+                level = int(_get(box, "header_level", 0) or 0)
+                level = 1 if cls == "title" else (level if level > 0 else 2)
+                text = _lines_text(textlines)
+                if text:
+                    elements.append(ParsedElement("title", bbox, text, heading_level=level, ocr=ocr))
+            elif cls == "list-item":
+                text = _lines_text(textlines, "\n")
+                if text:
+                    elements.append(ParsedElement("list", bbox, text, ocr=ocr))
+            elif cls == "table":
+                md, text = self._table_markdown(page, box, raw_bbox, found_tables)
+                elements.append(ParsedElement("table", bbox, text, table_markdown=md or None, ocr=ocr))
+            elif cls == "picture":
+                labels = [t for t in _lines_text(textlines, "\n").split("\n") if t]
+                if paths is None:
+                    try:
+                        paths = [tuple(p["rect"]) for p in page.get_drawings()]
+                    except Exception:  # noqa: BLE001
+                        paths = []
+                n_paths = sum(1 for r in paths if _inside(r, raw_bbox))
+                kind = "chart" if looks_like_chart(labels, n_paths) else "figure"
+                elements.append(ParsedElement(kind, bbox, " ".join(labels), ocr=ocr))
+            else:
+                text = _lines_text(textlines)
+                if text or cls == "formula":
+                    elements.append(ParsedElement(_SIMPLE.get(cls, "paragraph"), bbox, text, ocr=ocr))
+        out = ParsedPage(index=page.number, width=W, height=H, elements=_merge_lists(elements), warnings=warnings)
+        move_to_margins(out, header, footer)
+        return out
+
+    @staticmethod
+    def _table_markdown(page: "pymupdf.Page", box: Any, raw_bbox: tuple, holder: list[Any]) -> tuple[str, str]:
+        """(markdown, plain text) of a table box: the model's grid, else find_tables on the area."""
+        tab = _get(box, "table") or {}
+        md = (tab.get("markdown") if isinstance(tab, dict) else None) or ""
+        extract = tab.get("extract") if isinstance(tab, dict) else None
+        if not md and holder[0] is None:
+            try:
+                holder[0] = page.find_tables(use_layout=False).tables  # keep `page` alive while used
+            except Exception:  # noqa: BLE001
+                holder[0] = []
+        if not md and holder[0]:
+            best = max(holder[0], key=lambda t: _overlap(tuple(t.bbox), raw_bbox), default=None)
+            if best is not None and _overlap(tuple(best.bbox), raw_bbox) > 0.5:
+                try:
+                    md = best.to_markdown(clean=False)
+                    extract = extract or best.extract()
+                except Exception:  # noqa: BLE001
+                    md = ""
+        if extract:
+            text = " ".join(" ".join(str(c) for c in row if c) for row in extract if row)
+        else:
+            text = page.get_textbox(raw_bbox).strip() if md == "" else md
+        return md, " ".join(text.split())
+
+
+def _inside(r: tuple, box: tuple) -> bool:
+    return r[0] >= box[0] - 1 and r[1] >= box[1] - 1 and r[2] <= box[2] + 1 and r[3] <= box[3] + 1
+
+
+def _overlap(a: tuple, b: tuple) -> float:
+    """Intersection over the smaller area."""
+    iw = min(a[2], b[2]) - max(a[0], b[0])
+    ih = min(a[3], b[3]) - max(a[1], b[1])
+    if iw <= 0 or ih <= 0:
+        return 0.0
+    small = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
+    return iw * ih / small if small > 0 else 0.0
+
+
+def _merge_lists(elements: list[ParsedElement]) -> list[ParsedElement]:
+    """Consecutive list-item boxes (the model emits one per bullet) -> one list element."""
+    out: list[ParsedElement] = []
+    for e in elements:
+        if out and e.type == "list" and out[-1].type == "list":
+            p = out[-1]
+            h_ov = min(p.bbox[2], e.bbox[2]) - max(p.bbox[0], e.bbox[0])
+            line_h = max(8.0, min(p.bbox[3] - p.bbox[1], e.bbox[3] - e.bbox[1]))
+            if h_ov > 0 and e.bbox[1] - p.bbox[3] <= 2.5 * line_h:
+                out[-1] = ParsedElement("list", union([p.bbox, e.bbox]), p.text + "\n" + e.text, ocr=p.ocr)
+                continue
+        out.append(e)
+    return out
+
+
+def _layout_ocr_image(parser: LayoutParser, path: str, index: int) -> ParsedPage:
+    """OCR + layout on a page image: wrap it as a one-page PDF, map boxes back to pixels."""
+    import pymupdf
+    from PIL import Image
+
+    with Image.open(path) as im:
+        w_px, h_px = im.width, im.height
+    img = pymupdf.open(path)
+    try:
+        doc = pymupdf.open("pdf", img.convert_to_pdf())
+    finally:
+        img.close()
+    try:
+        page = doc.load_page(0)
+        scale = w_px / page.rect.width
+        (rec,) = _run_layout_model(doc, [0], ocr=True)
+        out = parser.convert(doc.load_page(0), rec, ocr=True, scale=scale)
+    finally:
+        doc.close()
+    out.index, out.width, out.height, out.image_only = index, float(w_px), float(h_px), True
+    return out

@@ -1,0 +1,268 @@
+"""OCR for pages without a text layer: scanned PDFs, slides saved as pictures,
+and image-folder documents (LongDocURL's page PNGs).
+
+Why RapidOCR: its PP-OCRv4 detection and recognition models ship inside the
+``rapidocr-onnxruntime`` wheel, so OCR works offline with no model download.
+One engine per process, created on first use (loading costs ~0.2 s and
+~100 MB). OCR returns *lines*; an evidence graph wants paragraph-sized
+regions, so :func:`group_lines` merges vertically adjacent, horizontally
+overlapping lines of similar height into blocks, and marks blocks of
+noticeably taller lines as titles. Short lines wholly inside the top/bottom
+margin band become the page's header/footer text, not elements.
+
+Resolution: recognition reads each line at a fixed 48-pixel height, so tiny
+renders garble small print (72-dpi LongDocURL PNGs lose whole lines). PDF pages
+are rendered at ``dpi`` (144 by default) and small page images are upscaled
+to at least ``min_short_side`` pixels before OCR; boxes are mapped back to
+page units (points for PDFs, source pixels for images).
+"""
+from __future__ import annotations
+
+import os
+import re
+import statistics
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from mage_gym.graph.parsers.geometry import MARGIN_BAND, band_of, clip_box, is_page_number, union, xy_cut_order
+from mage_gym.graph.schema import BBox, ParsedElement, ParsedPage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
+    import pymupdf
+
+#: Largest side (pixels) of an image handed to OCR; bigger renders are scaled down.
+MAX_OCR_SIDE = 3000
+#: Lines whose recognition confidence is below this are dropped as noise.
+MIN_LINE_SCORE = 0.5
+
+_ENGINE: Any = None
+#: Seconds spent in OCR in this process and pages OCR'd (for benchmarks).
+OCR_STATS: dict[str, float] = {"pages": 0, "seconds": 0.0}
+
+_BULLET = re.compile(r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\-\u2013\u2014\*\u27a2\u25ba\u2713\u2714]|\(?\d{1,2}[.)]|\(?[a-hA-H][.)])\s+")
+_CAPTION = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|source)\s*[\dIVX]*[.:\s]", re.IGNORECASE)
+
+
+@dataclass
+class OcrLine:
+    bbox: BBox  # page units
+    text: str
+    score: float
+
+    @property
+    def height(self) -> float:
+        return self.bbox[3] - self.bbox[1]
+
+
+def get_engine() -> Any:
+    """The process-wide RapidOCR engine (lazy). ``MAGE_GYM_OCR_THREADS`` caps its threads."""
+    global _ENGINE
+    if _ENGINE is None:
+        from rapidocr_onnxruntime import RapidOCR
+
+        kwargs: dict[str, Any] = {}
+        threads = int(os.environ.get("MAGE_GYM_OCR_THREADS", "0") or 0)
+        if threads > 0:
+            kwargs = {"intra_op_num_threads": threads, "inter_op_num_threads": 1}
+        _ENGINE = RapidOCR(**kwargs)
+    return _ENGINE
+
+
+def ocr_array(rgb: "np.ndarray", scale: float) -> list[OcrLine]:
+    """OCR an RGB uint8 array; ``scale`` = array pixels per page unit."""
+    t0 = time.perf_counter()
+    result, _ = get_engine()(rgb, use_cls=False)
+    OCR_STATS["seconds"] += time.perf_counter() - t0
+    OCR_STATS["pages"] += 1
+    lines: list[OcrLine] = []
+    for quad, text, score in result or []:
+        text = " ".join(str(text).split())
+        if not text or float(score) < MIN_LINE_SCORE:
+            continue
+        xs = [float(p[0]) for p in quad]
+        ys = [float(p[1]) for p in quad]
+        lines.append(OcrLine((min(xs) / scale, min(ys) / scale, max(xs) / scale, max(ys) / scale), text, float(score)))
+    return lines
+
+
+# --- grouping ---------------------------------------------------------------------
+
+
+def _h_overlap(a: BBox, b: BBox) -> float:
+    """Horizontal overlap as a share of the narrower box."""
+    inter = min(a[2], b[2]) - max(a[0], b[0])
+    narrow = max(min(a[2] - a[0], b[2] - b[0]), 1e-6)
+    return max(0.0, inter) / narrow
+
+
+def merge_row_fragments(lines: list[OcrLine], max_gap: float = 2.0) -> list[OcrLine]:
+    """Join fragments of one printed line (OCR splits justified slide text into words).
+
+    Fragments merge when they share a row (vertical overlap > 50% of the
+    smaller height, heights within 1.6x) and the horizontal gap is below
+    ``max_gap`` x the line height; table cells are usually further apart.
+    """
+    rest = sorted(lines, key=lambda l: (l.bbox[0], l.bbox[1]))
+    out: list[OcrLine] = []
+    for ln in rest:
+        for i, prev in enumerate(out):
+            h = min(ln.height, prev.height)
+            ov = min(prev.bbox[3], ln.bbox[3]) - max(prev.bbox[1], ln.bbox[1])
+            gap = ln.bbox[0] - prev.bbox[2]
+            if ov > 0.5 * h and max(ln.height, prev.height) <= 1.6 * max(h, 1e-6) and -1.0 * h <= gap <= max_gap * h:
+                out[i] = OcrLine(union([prev.bbox, ln.bbox]), prev.text + " " + ln.text, min(prev.score, ln.score))
+                break
+        else:
+            out.append(ln)
+    return out
+
+
+def _continues(block: list[OcrLine], line: OcrLine) -> float | None:
+    """Vertical gap if ``line`` continues ``block`` as its next line (else None)."""
+    last = block[-1]
+    h_ref = statistics.median(l.height for l in block)
+    if not (0.65 <= line.height / max(h_ref, 1e-6) <= 1.5):
+        return None
+    bottom = max(l.bbox[3] for l in block)
+    gap = line.bbox[1] - bottom
+    if gap > 0.9 * max(h_ref, line.height) or gap < -0.4 * h_ref:
+        return None
+    left = min(l.bbox[0] for l in block)
+    aligned_left = abs(line.bbox[0] - left) <= 1.5 * h_ref
+    if _h_overlap(last.bbox, line.bbox) < 0.5 and not aligned_left:
+        return None
+    if _BULLET.match(line.text) and not _BULLET.match(block[0].text):
+        return None  # a bullet after plain text starts a list
+    return gap
+
+
+def group_lines(lines: list[OcrLine], width: float, height: float) -> tuple[list[ParsedElement], list[str], list[str]]:
+    """Merge OCR lines into paragraph-sized elements in reading order.
+
+    Returns (elements, header parts, footer parts). Steps: join row
+    fragments; short lines wholly in the top/bottom margin band -> header/
+    footer; text-grid tables (:mod:`.tables`) -> table elements; remaining lines
+    stack into blocks (next line below within 0.9 line heights, similar height,
+    overlapping or left-aligned). A block of <= 3 lines whose median line height
+    is >= 1.3x the page's median is a title (level 1 from 1.8x, else 2).
+    """
+    from mage_gym.graph.parsers.tables import text_grid_tables
+
+    if not lines:
+        return [], [], []
+    lines = merge_row_fragments(lines)
+    header: list[str] = []
+    footer: list[str] = []
+    body: list[OcrLine] = []
+    for ln in sorted(lines, key=lambda l: (l.bbox[1], l.bbox[0])):
+        where = band_of(ln.bbox, height, MARGIN_BAND)
+        if where and (len(ln.text.split()) <= 8 or is_page_number(ln.text)):
+            (header if where == "header" else footer).append(ln.text)
+        else:
+            body.append(ln)
+    if not body:
+        return [], header, footer
+    page_h = statistics.median(l.height for l in body)
+    elements: list[ParsedElement] = []
+    taken: set[int] = set()
+    for gt in text_grid_tables([(l.bbox, l.text) for l in body], width):
+        taken.update(gt.members)
+        text = " ".join(body[j].text for j in sorted(gt.members, key=lambda j: (body[j].bbox[1], body[j].bbox[0])))
+        elements.append(ParsedElement("table", clip_box(gt.bbox, width, height), text, table_markdown=gt.markdown, ocr=True))
+    blocks: list[list[OcrLine]] = []
+    for j, ln in enumerate(body):
+        if j in taken:
+            continue
+        best, best_gap = None, None
+        for blk in blocks[-12:]:  # only recent blocks can be directly above
+            gap = _continues(blk, ln)
+            if gap is not None and (best_gap is None or gap < best_gap):
+                best, best_gap = blk, gap
+        if best is None:
+            blocks.append([ln])
+        else:
+            best.append(ln)
+    for blk in blocks:
+        text = " ".join(l.text for l in blk)
+        bbox = clip_box(union([l.bbox for l in blk]), width, height)
+        h = statistics.median(l.height for l in blk)
+        if len(blk) <= 3 and h >= 1.3 * page_h and len(text.split()) <= 20:
+            elements.append(ParsedElement("title", bbox, text, heading_level=1 if h >= 1.8 * page_h else 2, ocr=True))
+        elif _CAPTION.match(text) and len(blk) <= 4:
+            elements.append(ParsedElement("caption", bbox, text, ocr=True))
+        elif _BULLET.match(blk[0].text):
+            elements.append(ParsedElement("list", bbox, "\n".join(l.text for l in blk), ocr=True))
+        else:
+            elements.append(ParsedElement("paragraph", bbox, text, ocr=True))
+    elements = xy_cut_order(elements, lambda e: e.bbox, min_gap_x=0.02 * width, min_gap_y=0.5 * page_h)
+    return _merge_adjacent_lists(elements), header, footer
+
+
+def _merge_adjacent_lists(elements: list[ParsedElement]) -> list[ParsedElement]:
+    out: list[ParsedElement] = []
+    for e in elements:
+        if out and e.type == "list" and out[-1].type == "list" and _h_overlap(out[-1].bbox, e.bbox) > 0.5:
+            prev = out[-1]
+            out[-1] = ParsedElement("list", union([prev.bbox, e.bbox]), prev.text + "\n" + e.text, ocr=True)
+        else:
+            out.append(e)
+    return out
+
+
+# --- entry points -----------------------------------------------------------------
+
+
+def ocr_pdf_page(page: "pymupdf.Page", dpi: int = 144) -> ParsedPage:
+    """OCR a PDF page rendered at ``dpi`` (capped at :data:`MAX_OCR_SIDE`); boxes in points."""
+    import numpy as np
+    import pymupdf
+
+    w, h = page.rect.width, page.rect.height
+    scale = min(dpi / 72.0, MAX_OCR_SIDE / max(w, h, 1e-6))
+    warnings: list[str] = []
+    if scale < dpi / 72.0:
+        warnings.append(f"page is {w:.0f}x{h:.0f} pt; OCR ran on a downscaled render ({scale * 72:.0f} dpi)")
+    pix = page.get_pixmap(matrix=pymupdf.Matrix(scale, scale), alpha=False, colorspace=pymupdf.csRGB)
+    rgb = np.frombuffer(pix.samples, dtype=np.uint8).reshape(pix.height, pix.width, pix.n)[:, :, :3]
+    # map from render pixels back to the page's own origin (page.rect may not start at 0)
+    lines = ocr_array(np.ascontiguousarray(rgb), scale)
+    elements, header, footer = group_lines(lines, w, h)
+    return ParsedPage(
+        index=page.number, width=w, height=h, elements=elements,
+        header_text=" | ".join(header), footer_text=" | ".join(footer), image_only=True, warnings=warnings,
+    )
+
+
+def ocr_image_file(path: str, index: int, enabled: bool = True, min_short_side: int = 1000) -> ParsedPage:
+    """OCR one page image; boxes in the image's own pixels."""
+    import numpy as np
+
+    from mage_gym.graph.images import MAX_SOURCE_PIXELS
+    from mage_gym.graph.errors import UnsupportedSourceError
+    from PIL import Image
+
+    with Image.open(path) as im:
+        w, h = im.width, im.height
+        if w * h > MAX_SOURCE_PIXELS:
+            raise UnsupportedSourceError(path, f"page image too large ({w}x{h} px)")
+        if not enabled:
+            return ParsedPage(index=index, width=float(w), height=float(h), image_only=True,
+                              warnings=["OCR disabled: image page has no text"])
+        scale = max(1.0, min_short_side / max(min(w, h), 1))
+        scale = min(scale, MAX_OCR_SIDE / max(w, h, 1))
+        rgb_im = im.convert("RGB")
+        if abs(scale - 1.0) > 1e-3:
+            rgb_im = rgb_im.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BICUBIC)
+        rgb = np.asarray(rgb_im)
+    warnings = [] if scale >= 1.0 - 1e-3 else [f"image is {w}x{h} px; OCR ran on a downscaled copy"]
+    lines = ocr_array(rgb, scale)
+    elements, header, footer = group_lines(lines, float(w), float(h))
+    return ParsedPage(
+        index=index, width=float(w), height=float(h), elements=elements,
+        header_text=" | ".join(header), footer_text=" | ".join(footer), image_only=True, warnings=warnings,
+    )
+
+
+__all__ = ["get_engine", "ocr_array", "group_lines", "ocr_pdf_page", "ocr_image_file", "OcrLine", "OCR_STATS"]

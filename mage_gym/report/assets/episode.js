@@ -1,0 +1,315 @@
+/* One episode: every policy's run, or two side by side (#compare=a,b). Plain script (file://).
+ *
+ * The state shown for a timeline entry is recomputed here from the trace: the reset state (entry pages)
+ * plus the node-state changes of every step up to the selected one (mage_gym/report/data.py writes them).
+ */
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("report-data").textContent);
+  var meta = D.meta, doc = D.doc, runs = D.runs, policies = meta.policies;
+  var app = document.getElementById("app");
+  var gold = {}; (meta.gold_nodes || []).forEach(function (n) { gold[n] = 1; });
+  var goldPages = {}; (meta.gold_pages || []).forEach(function (p) { goldPages[p] = 1; });
+  var elements = {};
+  Object.keys(doc.elements).forEach(function (p) {
+    doc.elements[p].forEach(function (e) { e.page = +p; elements[e.id] = e; });
+  });
+  var pageIndex = {}; doc.pages.forEach(function (pg, i) { pageIndex[pg.id] = i; });
+
+  function el(tag, attrs, children) {
+    var e = document.createElement(tag);
+    if (attrs) for (var k in attrs) {
+      if (attrs[k] === null || attrs[k] === undefined) continue;
+      if (k === "text") e.textContent = attrs[k];
+      else if (k === "class") e.className = attrs[k];
+      else e.setAttribute(k, attrs[k]);
+    }
+    (children || []).forEach(function (c) { if (c != null) e.appendChild(typeof c === "string" ? document.createTextNode(c) : c); });
+    return e;
+  }
+  function fmt(v, d) {
+    if (v === null || v === undefined) return "–";
+    if (typeof v === "number") return Number.isInteger(v) ? String(v) : v.toFixed(d === undefined ? 3 : d);
+    if (typeof v === "boolean") return v ? "yes" : "no";
+    return String(v);
+  }
+  function badge(v, yes, no) {
+    if (v === null || v === undefined) return el("span", { class: "badge na", text: yes + ": n/a" });
+    return el("span", { class: "badge " + (v ? "ok" : "bad"), text: v ? yes : no });
+  }
+  function shortId(id) {
+    if (!id) return "";
+    var m = /:(p\d+(?::e\d+)?)$/.exec(id);
+    return m ? m[1] : id;
+  }
+  function pageOf(id) {
+    if (id in pageIndex) return pageIndex[id];
+    if (elements[id]) return elements[id].page;
+    var m = /:p(\d+)(?::|$)/.exec(id || "");
+    return m ? +m[1] : null;
+  }
+  function kv(pairs) {
+    var t = el("table", { class: "kv" });
+    pairs.forEach(function (p) { t.appendChild(el("tr", {}, [el("td", { text: p[0] }), el("td", {}, [p[1] instanceof Node ? p[1] : fmt(p[1])])])); });
+    return t;
+  }
+
+  // --- episode header --------------------------------------------------------------------------
+  var head = el("div", { class: "card" });
+  head.appendChild(el("div", { class: "question", text: meta.question }));
+  head.appendChild(kv([
+    ["gold answer", meta.gold_answer], ["answer format", meta.answer_format],
+    ["evidence", (meta.evidence_sources || []).join(", ") || "–"],
+    ["evidence pages", (meta.evidence_pages || []).length ? meta.evidence_pages.map(function (p) { return "p" + p; }).join(", ") + " (" + meta.page_scope + "-page)" : "none"],
+    ["gold nodes", (meta.gold_nodes || []).map(shortId).join(", ") || "–"],
+    ["document", doc.doc_id + " · " + doc.n_pages + " pages" + (doc.has_pixels ? "" : " · no page images (synthetic/toy document)")],
+    ["benchmark", meta.benchmark]
+  ]));
+  app.appendChild(head);
+
+  var tabs = el("div", { class: "tabs", id: "tabs" });
+  app.appendChild(tabs);
+  var panes = el("div", { class: "panes", id: "panes" });
+  app.appendChild(panes);
+
+  function route() {
+    var h = decodeURIComponent(location.hash.replace(/^#/, ""));
+    var m = /^compare=([^,]+),(.+)$/.exec(h);
+    if (m && runs[m[1]] && runs[m[2]]) return { compare: [m[1], m[2]] };
+    m = /^run=(.+)$/.exec(h);
+    return { run: m && runs[m[1]] ? m[1] : policies[0] };
+  }
+
+  function renderTabs(r) {
+    tabs.innerHTML = "";
+    policies.forEach(function (p) {
+      var b = el("button", { class: "tab" + (r.run === p ? " active" : ""), "data-policy": p, text: p });
+      b.addEventListener("click", function () { location.hash = "run=" + encodeURIComponent(p); });
+      tabs.appendChild(b);
+    });
+    if (policies.length > 1) {
+      var a = el("select", { id: "cmp-a" }), b2 = el("select", { id: "cmp-b" });
+      policies.forEach(function (p) { a.appendChild(el("option", { value: p, text: p })); b2.appendChild(el("option", { value: p, text: p })); });
+      a.value = r.compare ? r.compare[0] : policies[0];
+      b2.value = r.compare ? r.compare[1] : policies[1];
+      var go = el("button", { id: "cmp-go", class: r.compare ? "active" : "", text: "side by side" });
+      go.addEventListener("click", function () { location.hash = "compare=" + encodeURIComponent(a.value) + "," + encodeURIComponent(b2.value); });
+      tabs.appendChild(el("span", { class: "muted", text: " compare " }));
+      tabs.appendChild(a); tabs.appendChild(b2); tabs.appendChild(go);
+    }
+  }
+
+  function render() {
+    var r = route();
+    renderTabs(r);
+    panes.innerHTML = "";
+    panes.classList.toggle("compare", !!r.compare);
+    (r.compare || [r.run]).forEach(function (p) { panes.appendChild(buildPane(p, !!r.compare)); });
+  }
+
+  // --- one run -----------------------------------------------------------------------------------
+  function buildPane(pol, compact) {
+    var run = runs[pol];
+    var steps = run.steps;
+    var n = steps.length;
+    var pane = el("section", { class: "pane card", "data-policy": pol });
+    pane.appendChild(el("h2", {}, [pol + "  ", badge(run.correct, "correct", "wrong"), " ", badge(run.covered, "covered", "missed"),
+      " ", el("span", { class: "badge", text: "stop: " + fmt(run.stop_reason) })]));
+    var c = run.components || {}, m = run.metrics || {};
+    var info = el("div", { class: "work" });
+    var left = kv([
+      ["predicted answer", run.answer === null || run.answer === undefined ? "(oracle reader: no answer text)" : run.answer],
+      ["gold answer", meta.gold_answer],
+      ["reward", c.reward], ["support", c.support], ["noise (λ " + fmt(c.lambda_noise, 2) + ")", c.noise],
+      ["cost (λ " + fmt(c.lambda_cost, 2) + ")", c.cost],
+      ["cost parts", "tokens " + fmt(c.cost_tokens) + " · ops " + fmt(c.cost_operations) + " · calls " + fmt(c.cost_calls)],
+      ["gold coverage", c.gold_coverage]
+    ]);
+    var right = kv([
+      ["steps · operations", fmt(m.steps) + " · " + fmt(m.operations)],
+      ["activations · opens · searches", fmt(m.activations) + " · " + fmt(m.opens) + " · " + fmt(m.searches)],
+      ["invalid actions", m.invalid_actions], ["rounds · evaluator calls", fmt(m.rounds) + " · " + fmt(m.evaluator_calls)],
+      ["evidence page recall", m.evidence_page_recall], ["element recall · precision", fmt(m.element_recall) + " · " + fmt(m.element_precision)],
+      ["rendered", fmt(m.pages_rendered) + " pages · " + fmt(m.elements_rendered) + " elements · " + fmt(m.images_rendered) + " images · " + fmt(m.tokens_rendered) + " tokens"],
+      ["budget", run.budget ? Object.keys(run.budget).map(function (k) { return k + "=" + run.budget[k]; }).join(" ") : "–"],
+      ["retriever · render mode", fmt(run.retriever) + " · " + fmt(run.render_mode)]
+    ]);
+    info.appendChild(left); info.appendChild(right);
+    pane.appendChild(info);
+    if (!run.complete) pane.appendChild(el("div", { class: "warn", text: "This trace has no end record (the run stopped early); states are replayed from its steps." }));
+    if ((run.replay_mismatch || []).length) pane.appendChild(el("div", { class: "warn replay-mismatch",
+      text: "Replayed final states differ from the recorded ones on " + run.replay_mismatch.length + " nodes: " + run.replay_mismatch.slice(0, 6).join(", ") }));
+    pane.appendChild(el("div", { class: "legend" }, [el("span", { class: "l-activated", text: "activated" }), el("span", { class: "l-opened", text: "opened" }),
+      el("span", { class: "l-pruned", text: "pruned" }), el("span", { class: "l-unvisited", text: "unvisited" }),
+      el("span", { class: "l-gold", text: "gold evidence" }), el("span", { class: "l-changed", text: "changed by the selected step" }),
+      el("span", { class: "muted", text: "pages are 0-based, as in node ids; click a step to see the state after it, a page to zoom; ← → keys step" })]));
+
+    // timeline
+    var work = el("div", { class: "work" });
+    var tl = el("ol", { class: "timeline" });
+    var marks = [];
+    (run.rounds || []).forEach(function (r) { marks.push({ at: r.after_step, kind: "round", r: r }); });
+    (run.round_ends || []).forEach(function (r) { marks.push({ at: r.after_step, kind: "round_end", r: r }); });
+    function addMarks(i) {
+      marks.filter(function (mk) { return mk.at === i; }).forEach(function (mk) {
+        if (mk.kind === "round") {
+          var d = el("details", {}, [el("summary", { text: "round " + mk.r.round + " · evaluator decision" }),
+            el("div", { class: "muted", text: "parsed: " + JSON.stringify(mk.r.decision) }),
+            el("pre", { class: "raw", text: mk.r.raw === null || mk.r.raw === undefined ? "(no raw output recorded)" : mk.r.raw })]);
+          tl.appendChild(el("li", { class: "round" }, [d]));
+        } else {
+          tl.appendChild(el("li", { class: "round muted", text: "round " + mk.r.round + " closed (" + mk.r.reason + ")" }));
+        }
+      });
+    }
+    var entry = (run.entry_pages || []).map(shortId).join(", ");
+    tl.appendChild(el("li", { class: "mark", "data-step": "-1", text: "reset · entry pages " + (entry || "none") }));
+    steps.forEach(function (s, i) {
+      addMarks(i);
+      var target = s.op === "SearchEvidence" && s.query ? "“" + s.query + "”" : shortId(s.node_id);
+      var et = s.node_id && elements[s.node_id] ? " (" + elements[s.node_id].type + ")" : "";
+      var bl = s.budget_left || {};
+      var li = el("li", { class: "step" + (s.ok ? "" : " refused") + (s.phase !== "policy" ? " phase-" + s.phase : ""), "data-step": String(i) }, [
+        el("span", { class: "muted", text: "t" + s.t + " r" + s.round + " " }), el("span", { class: "op", text: s.op }), " " + target + et + " ",
+        s.ok ? el("span", { class: "badge ok", text: s.changes.length ? "✓ " + s.changes.length + " changed" : "✓" })
+             : el("span", { class: "badge bad", title: s.error || "", text: "✗ " + (s.error || "refused") }),
+        s.phase !== "policy" ? el("span", { class: "badge", text: s.phase }) : null,
+        el("div", { class: "budget", text: "left: acts " + fmt(bl.activations) + " (round " + fmt(bl.round_activations) + ") · opens " + fmt(bl.opens) +
+          " · rounds " + fmt(bl.rounds) + " · steps " + fmt(bl.steps) + (s.reason ? " · reason: " + s.reason : "") })
+      ]);
+      tl.appendChild(li);
+    });
+    addMarks(n);
+    tl.appendChild(el("li", { class: "mark", "data-step": String(n), text: "end · " + fmt(run.stop_reason) + " · final states" }));
+    work.appendChild(tl);
+
+    // pages the episode touched, with element boxes
+    var pagesDiv = el("div", { class: "pages" });
+    var boxes = {}, figures = {};
+    meta.touched_pages.forEach(function (p) {
+      var pg = doc.pages[p];
+      var fig = el("figure", { class: "page" + (goldPages[p] ? " gold" : ""), "data-page": String(p), "data-id": pg.id });
+      var sheet = el("div", { class: "sheet", style: "padding-top:" + (100 * pg.h / pg.w).toFixed(2) + "%" });
+      if (pg.src) sheet.appendChild(el("img", { src: pg.src, loading: "lazy", decoding: "async", alt: "page " + p }));
+      else sheet.appendChild(el("div", { class: "blank", title: "no page image (synthetic document)" }));
+      (doc.elements[String(p)] || []).forEach(function (e) {
+        var b = e.bbox;
+        var box = el("div", { class: "box" + (gold[e.id] ? " gold" : ""), "data-id": e.id, "data-state": "unvisited",
+          style: "left:" + (100 * b[0]).toFixed(2) + "%;top:" + (100 * b[1]).toFixed(2) + "%;width:" + (100 * (b[2] - b[0])).toFixed(2) +
+            "%;height:" + (100 * (b[3] - b[1])).toFixed(2) + "%" });
+        box.title = shortId(e.id) + " · " + e.type + (gold[e.id] ? " · GOLD" : "") + "\n" + e.summary;
+        sheet.appendChild(box);
+        boxes[e.id] = box;
+      });
+      sheet.addEventListener("click", function () { fig.classList.toggle("zoom"); });
+      var cap = el("figcaption", {}, [el("span", { text: "p" + p + (goldPages[p] ? " · gold" : "") }), el("span", { class: "pstate muted" })]);
+      fig.appendChild(sheet); fig.appendChild(cap);
+      pagesDiv.appendChild(fig);
+      figures[p] = fig;
+    });
+    if (!meta.touched_pages.length) pagesDiv.appendChild(el("div", { class: "muted", text: "no page was touched" }));
+    work.appendChild(pagesDiv);
+    pane.appendChild(work);
+
+    // every page, built only when opened; images load lazily
+    var strip = null;
+    var all = el("details", { class: "all-pages" }, [el("summary", { text: "All " + doc.n_pages + " pages (state frames; thumbnails load as you scroll)" })]);
+    all.addEventListener("toggle", function () {
+      if (!all.open || strip) return;
+      strip = el("div", { class: "strip" });
+      doc.pages.forEach(function (pg, p) {
+        var th = el("a", { class: "thumb" + (goldPages[p] ? " gold" : ""), "data-page": String(p), href: figures[p] ? "#" : null, title: "page " + p });
+        if (pg.thumb) th.appendChild(el("img", { src: pg.thumb, loading: "lazy", decoding: "async", alt: "p" + p, width: "70",
+          style: "aspect-ratio:" + pg.w + "/" + pg.h }));
+        else th.appendChild(el("div", { class: "blank", style: "aspect-ratio:" + pg.w + "/" + pg.h }));
+        th.appendChild(el("span", { text: "p" + p }));
+        if (figures[p]) th.addEventListener("click", function (ev) { ev.preventDefault(); figures[p].scrollIntoView({ block: "center" }); });
+        strip.appendChild(th);
+      });
+      all.appendChild(strip);
+      show(current);
+    });
+    pane.appendChild(all);
+
+    // reader input
+    var ri = run.reader_input;
+    var rd = el("details", { class: "reader", open: compact ? null : "open" }, [el("summary", { text: "Reader input (exact) and output" })]);
+    if (ri) {
+      rd.appendChild(el("div", { class: "muted", text: "mode " + ri.mode + " · " + fmt(ri.text_tokens) + " text tokens + " + fmt(ri.image_tokens) + " image tokens · " + (ri.images || []).length + " images" }));
+      var imgs = el("div", { class: "reader-images" });
+      (ri.images || []).forEach(function (im) {
+        imgs.appendChild(el("figure", {}, [im.src ? el("img", { src: im.src, loading: "lazy", decoding: "async", alt: im.node_id })
+          : el("div", { class: "blank", style: "width:120px;aspect-ratio:" + im.width + "/" + im.height + ";position:relative" }),
+          el("figcaption", { text: im.kind + " " + im.node_id + " · sent at " + im.width + "×" + im.height + " px" })]));
+      });
+      rd.appendChild(imgs);
+      rd.appendChild(el("pre", { class: "xml", text: ri.xml }));
+    } else rd.appendChild(el("div", { class: "muted", text: "no reader input recorded" }));
+    var ro = run.reader_output;
+    if (ro) rd.appendChild(kv([["reader answer", ro.answer], ["raw output", ro.raw || "–"], ["cached", ro.cached], ["error", ro.error]]));
+    pane.appendChild(rd);
+
+    // LLM evaluator rounds
+    if ((run.rounds || []).length) {
+      var rr = el("details", { class: "rounds", open: compact ? null : "open" }, [el("summary", { text: "Evaluator decisions per round (" + run.rounds.length + ")" })]);
+      run.rounds.forEach(function (r) {
+        rr.appendChild(el("div", { class: "card" }, [el("b", { text: "round " + r.round }),
+          el("div", { class: "muted", text: "candidates: " + (r.candidates || []).map(function (c, i) { return (i + 1) + "=" + shortId(c); }).join(", ") }),
+          el("div", { text: "parsed decision: " + JSON.stringify(r.decision) }),
+          el("pre", { class: "raw", text: r.raw === null || r.raw === undefined ? "(no raw output recorded)" : r.raw })]));
+      });
+      pane.appendChild(rr);
+    }
+
+    // state at a timeline entry
+    var current = n;
+    function statesAt(k) {
+      var st = {};
+      for (var id in run.initial) st[id] = run.initial[id];
+      for (var i = 0; i <= Math.min(k, n - 1); i++) steps[i].changes.forEach(function (ch) { st[ch[0]] = ch[1]; });
+      return st;
+    }
+    function show(k) {
+      current = k;
+      var st = statesAt(k);
+      var changed = {}, target = null;
+      if (k >= 0 && k < n) { steps[k].changes.forEach(function (ch) { changed[ch[0]] = 1; }); target = steps[k].node_id; }
+      for (var id in boxes) {
+        var b = boxes[id];
+        b.setAttribute("data-state", st[id] || "unvisited");
+        b.classList.toggle("changed", !!changed[id]);
+        b.classList.toggle("target", id === target);
+      }
+      for (var p in figures) {
+        var f = figures[p], ps = st[doc.pages[p].id] || "unvisited";
+        f.setAttribute("data-state", ps);
+        f.classList.toggle("changed", !!changed[doc.pages[p].id]);
+        f.querySelector(".pstate").textContent = ps;
+      }
+      if (strip) Array.prototype.forEach.call(strip.children, function (th) {
+        th.setAttribute("data-state", st[doc.pages[+th.getAttribute("data-page")].id] || "unvisited");
+      });
+      Array.prototype.forEach.call(tl.querySelectorAll("li[data-step]"), function (li) {
+        li.classList.toggle("current", +li.getAttribute("data-step") === k);
+      });
+      pane.setAttribute("data-current-step", String(k));
+    }
+    tl.addEventListener("click", function (ev) {
+      var li = ev.target.closest("li[data-step]");
+      if (li && !ev.target.closest("details")) show(+li.getAttribute("data-step"));
+    });
+    pane.show = show;
+    pane.step = function (d) { show(Math.max(-1, Math.min(n, current + d))); };
+    show(n);
+    return pane;
+  }
+
+  document.addEventListener("keydown", function (ev) {
+    if (ev.target.closest && ev.target.closest("input,select,textarea")) return;
+    if (ev.key !== "ArrowLeft" && ev.key !== "ArrowRight") return;
+    Array.prototype.forEach.call(panes.children, function (p) { p.step(ev.key === "ArrowLeft" ? -1 : 1); });
+    ev.preventDefault();
+  });
+  window.addEventListener("hashchange", render);
+  render();
+})();

@@ -1,0 +1,98 @@
+"""``heuristic``: the MAGE-RAG reference pipeline written as rules (graph-neighbour expansion).
+
+Why: the reference implementation's best ablation grows the evidence set
+along graph edges from the most relevant activated nodes, opens the best
+candidates and drops weak pages. As a rule policy on the same observation as
+the learned policy it is the bar PPO has to clear, and it needs no model.
+
+Each step, in this order (first rule that applies wins):
+
+1. **prune**: an activated page whose relevance is below ``prune_max_rel``,
+   with no activated/opened element of its own at or above ``open_min_rel``,
+   while more than ``min_pages`` pages are active, is pruned (weakest first);
+2. **open**: the most relevant activated element at or above
+   ``open_min_rel`` is opened (until ``max_opens``);
+3. **expand**: the unvisited candidate with the best score = relevance +
+   ``link_bonus`` x (number of edge kinds linking it to the working set) is
+   activated, if its relevance reaches ``expand_min_rel`` (elements) or
+   ``page_min_rel`` (pages: a page costs far more reader tokens);
+4. otherwise **stop** (no gain expected) - the mask makes every other rule
+   impossible once the budget is spent, which also ends in stop.
+
+Relevance is the observation's fused percentile: within pages for pages and
+within elements for elements. Thresholds are fixed in ``conf/policy/heuristic.yaml``
+(chosen on training documents only; see README).
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from mage_gym.env import Op
+from policies.base import BasePolicy, EnvInfo
+from policies.features import SlotView, action_of, best_slot, op_mask
+
+
+class HeuristicPolicy(BasePolicy):
+    name = "heuristic"
+
+    def __init__(self, expand_min_rel: float = 0.9, page_min_rel: float = 0.9, open_min_rel: float = 0.9,
+                 prune_max_rel: float = 0.5, min_pages: int = 2, max_opens: int | None = None,
+                 link_bonus: float = 0.02, render_mode: str | None = None, **kw: Any) -> None:
+        super().__init__(render_mode=render_mode, **kw)
+        for name, value in (("expand_min_rel", expand_min_rel), ("page_min_rel", page_min_rel),
+                            ("open_min_rel", open_min_rel), ("prune_max_rel", prune_max_rel)):
+            if not 0.0 <= float(value) <= 1.01:
+                raise ValueError(f"{name} must be a percentile in [0, 1], got {value}")
+        if min_pages < 0:
+            raise ValueError(f"min_pages must be >= 0, got {min_pages}")
+        self.expand_min_rel = float(expand_min_rel)
+        self.page_min_rel = float(page_min_rel)
+        self.open_min_rel = float(open_min_rel)
+        self.prune_max_rel = float(prune_max_rel)
+        self.min_pages = int(min_pages)
+        self.max_opens = max_opens
+        self.link_bonus = float(link_bonus)
+        self._opens = 0
+
+    def reset(self, env_info: EnvInfo) -> None:
+        super().reset(env_info)
+        self._opens = 0
+
+    def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> int:
+        v = SlotView.from_obs(obs)
+        K = v.K
+        a = self._prune(v, mask)
+        if a is not None:
+            self.count("prunes")
+            return a
+        if self.max_opens is None or self._opens < self.max_opens:
+            allowed = op_mask(mask, Op.OPEN_NODE, K) & (v.rel >= self.open_min_rel)
+            slot = best_slot(v.rel, allowed)
+            if slot is not None:
+                self._opens += 1
+                self.count("opens")
+                return action_of(Op.OPEN_NODE, slot, K)
+        score = v.rel + self.link_bonus * v.links
+        el_ok = op_mask(mask, Op.ACTIVATE_NODE, K) & (v.rel >= self.expand_min_rel)
+        page_ok = op_mask(mask, Op.ACTIVATE_PAGE, K) & v.is_page & (v.rel >= self.page_min_rel)
+        slot = best_slot(score, el_ok | page_ok)
+        if slot is not None:
+            self.count("expansions")
+            return action_of(Op.ACTIVATE_NODE if el_ok[slot] else Op.ACTIVATE_PAGE, slot, K)
+        self.count("stops_no_gain")
+        return 0
+
+    def _prune(self, v: SlotView, mask: np.ndarray) -> int | None:
+        active_pages = np.flatnonzero(v.is_page & v.activated)
+        if len(active_pages) <= self.min_pages:
+            return None
+        can = op_mask(mask, Op.PRUNE, v.K)
+        weak = [s for s in active_pages.tolist() if can[s] and v.rel[s] < self.prune_max_rel]
+        keep_el = (v.activated | v.opened) & ~v.is_page & (v.rel >= self.open_min_rel)
+        weak = [s for s in weak if not np.any(keep_el & v.same_page(s))]
+        if not weak:
+            return None
+        slot = min(weak, key=lambda s: (v.rel[s], s))
+        return action_of(Op.PRUNE, slot, v.K)

@@ -1,0 +1,139 @@
+"""Networks for a set of node slots: a features extractor and a per-slot action head.
+
+Why not SB3's default ``CombinedExtractor`` + linear head: the observation is
+a *set* of up to K candidate nodes and the actions address those slots, so
+the same node must get the same logits whichever slot it sits in. Here
+
+- :class:`SlotSetExtractor` embeds every slot with one shared MLP (node
+  features + a learned projection of the question embedding), pools the set
+  (masked mean, masked max and question-conditioned attention), mixes the pool
+  with the budget/progress vector into a global context, and re-embeds every
+  slot with that context;
+- :class:`SlotActionHead` scores the five slot operations of each slot with
+  one shared linear layer and Stop from the global context, laid out as the
+  environment's flat action space (Stop, then op-major blocks of K).
+
+The extractor's output is ``[K * slot_dim + global_dim]`` so SB3's value
+network (an MLP) can read it unchanged; the policy classes below swap only the
+action head (:class:`MaskableSlotPolicy`, :class:`SlotPolicy`). Imported
+lazily (torch) by :mod:`policies.ppo`.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import torch as th
+from torch import nn
+
+from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
+from stable_baselines3.common.policies import MultiInputActorCriticPolicy
+from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
+
+N_SLOT_OPS = 5
+
+
+def _mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
+    layers: list[nn.Module] = []
+    for i in range(len(sizes) - 1):
+        layers.append(nn.Linear(sizes[i], sizes[i + 1]))
+        if last_act or i < len(sizes) - 2:
+            layers.append(nn.ReLU())
+    return nn.Sequential(*layers)
+
+
+class SlotSetExtractor(BaseFeaturesExtractor):
+    """Dict observation (nodes, slot_mask, budget, progress, question) -> per-slot + global features.
+
+    ``pooling``: any of ``mean``, ``max``, ``attention`` (joined with ``+``).
+    """
+
+    def __init__(self, observation_space: gym.spaces.Dict, hidden: int = 64, slot_dim: int = 16,
+                 global_dim: int = 64, question_dim: int = 32, pooling: str = "mean+max+attention") -> None:
+        K, F = observation_space["nodes"].shape
+        q_in = observation_space["question"].shape[0]
+        ctx_in = observation_space["budget"].shape[0] + observation_space["progress"].shape[0]
+        pools = [p for p in pooling.split("+") if p]
+        if not pools or any(p not in ("mean", "max", "attention") for p in pools):
+            raise ValueError(f"pooling must combine mean, max, attention with '+', got {pooling!r}")
+        super().__init__(observation_space, features_dim=K * slot_dim + global_dim)
+        self.K, self.slot_dim, self.global_dim, self.pools = K, slot_dim, global_dim, pools
+        self.q_proj = nn.Sequential(nn.Linear(q_in, question_dim), nn.Tanh())
+        self.slot_enc = _mlp([F + question_dim, hidden, hidden])
+        if "attention" in pools:
+            self.att_query = nn.Linear(question_dim + ctx_in, hidden)
+        self.global_enc = _mlp([len(pools) * hidden + question_dim + ctx_in, global_dim])
+        self.slot_out = _mlp([hidden + global_dim, hidden, slot_dim])
+
+    def forward(self, obs: dict[str, th.Tensor]) -> th.Tensor:
+        nodes, mask = obs["nodes"].float(), obs["slot_mask"].float()
+        B, K, _ = nodes.shape
+        q = self.q_proj(obs["question"].float())
+        ctx = th.cat([obs["budget"].float(), obs["progress"].float()], dim=-1)
+        h = self.slot_enc(th.cat([nodes, q.unsqueeze(1).expand(B, K, q.shape[-1])], dim=-1))
+        m = mask.unsqueeze(-1)
+        count = m.sum(dim=1).clamp(min=1.0)
+        pooled = []
+        for p in self.pools:
+            if p == "mean":
+                pooled.append((h * m).sum(dim=1) / count)
+            elif p == "max":
+                top = th.where(m > 0, h, th.full_like(h, -1e4)).max(dim=1).values
+                pooled.append(top * (mask.sum(dim=1, keepdim=True) > 0).float())
+            else:
+                query = self.att_query(th.cat([q, ctx], dim=-1))
+                scores = (h * query.unsqueeze(1)).sum(-1) / h.shape[-1] ** 0.5
+                scores = scores.masked_fill(mask < 0.5, -1e4)
+                w = th.softmax(scores, dim=1) * mask
+                w = w / w.sum(dim=1, keepdim=True).clamp(min=1e-6)
+                pooled.append((w.unsqueeze(-1) * h).sum(dim=1))
+        g = self.global_enc(th.cat(pooled + [q, ctx], dim=-1))
+        s = self.slot_out(th.cat([h, g.unsqueeze(1).expand(B, K, g.shape[-1])], dim=-1)) * m
+        return th.cat([s.reshape(B, K * self.slot_dim), g], dim=-1)
+
+
+class SlotActionHead(nn.Module):
+    """Features ``[K*slot_dim + global_dim]`` -> logits ``[1 + 5K]`` (Stop, then op-major slot blocks)."""
+
+    def __init__(self, K: int, slot_dim: int, global_dim: int) -> None:
+        super().__init__()
+        self.K, self.slot_dim = K, slot_dim
+        self.slot_logits = nn.Linear(slot_dim + global_dim, N_SLOT_OPS)
+        self.stop_logit = nn.Linear(global_dim, 1)
+        for layer in (self.slot_logits, self.stop_logit):
+            nn.init.orthogonal_(layer.weight, gain=0.01)
+            nn.init.zeros_(layer.bias)
+
+    def forward(self, features: th.Tensor) -> th.Tensor:
+        B = features.shape[0]
+        s = features[:, : self.K * self.slot_dim].reshape(B, self.K, self.slot_dim)
+        g = features[:, self.K * self.slot_dim:]
+        per_slot = self.slot_logits(th.cat([s, g.unsqueeze(1).expand(B, self.K, g.shape[-1])], dim=-1))
+        return th.cat([self.stop_logit(g), per_slot.transpose(1, 2).reshape(B, N_SLOT_OPS * self.K)], dim=-1)
+
+
+def _swap_head(policy: Any, lr_schedule: Any) -> None:
+    """Replace the linear action net by :class:`SlotActionHead` and rebuild the optimizer."""
+    fe = policy.features_extractor
+    if not isinstance(fe, SlotSetExtractor):
+        return
+    if policy.mlp_extractor.latent_dim_pi != fe.features_dim:
+        raise ValueError("the slot action head needs net_arch with an empty pi part (pi=[])")
+    policy.action_net = SlotActionHead(fe.K, fe.slot_dim, fe.global_dim)
+    policy.optimizer = policy.optimizer_class(policy.parameters(), lr=lr_schedule(1), **policy.optimizer_kwargs)
+
+
+class MaskableSlotPolicy(MaskableMultiInputActorCriticPolicy):
+    """sb3-contrib MaskablePPO policy with :class:`SlotActionHead` (use with :class:`SlotSetExtractor`)."""
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        _swap_head(self, lr_schedule)
+
+
+class SlotPolicy(MultiInputActorCriticPolicy):
+    """SB3 PPO/A2C policy with :class:`SlotActionHead` (no action masking)."""
+
+    def _build(self, lr_schedule: Any) -> None:
+        super()._build(lr_schedule)
+        _swap_head(self, lr_schedule)

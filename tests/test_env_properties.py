@@ -1,0 +1,106 @@
+"""Property tests over random (masked and unmasked) action sequences and LLM rounds.
+
+Properties: budgets never go negative or past their caps; the mask marks
+exactly the actions the transition accepts (every action is tried on a copy
+of the state); the incremental bookkeeping (working set, frontier, relation
+counts, counters) stays consistent; pruned nodes are never rendered; replaying
+the trace reproduces the final state.
+"""
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from mage_gym.env import PRUNED, MageRAGEnv, Op, RoundDecision, decode_action, n_actions
+from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.env.actions import apply_operation
+from mage_gym.trace import replay
+
+QF = hash_query_fn(16)
+EPISODES = toy_episodes(n_pages=6, elements_per_page=4)
+
+budgets = st.fixed_dictionaries({
+    "k": st.integers(0, 3), "m": st.integers(1, 3), "M": st.integers(0, 6),
+    "T": st.integers(1, 3), "B": st.integers(0, 3),
+})
+
+
+def make(budget, K, mode, final_pass=False) -> MageRAGEnv:
+    return MageRAGEnv(episodes=EPISODES, query_fn=QF, budget=budget, K=K, render_mode=mode,
+                      record_trace=True, final_open_pass=final_pass)
+
+
+def accepted(env: MageRAGEnv, action: int) -> bool:
+    """Would the transition accept ``action``? Tried on a copy of the state."""
+    op, slot = decode_action(action, env.K)
+    if op == Op.STOP:
+        return not env.state.stopped
+    node = int(env.slots[slot])
+    res = apply_operation(env.state.copy(), op, node, search=lambda: np.zeros(env.gi.n_pages))
+    return res.ok
+
+
+def check_budget(env: MageRAGEnv) -> None:
+    c, b = env.state.counters, env.budget
+    assert 0 <= c.acts_used <= b.M and 0 <= c.opens_used <= b.B
+    assert 0 <= c.round_acts <= b.m and 0 <= c.round <= b.T
+    assert 0 <= c.steps <= b.max_steps
+    assert all(v >= 0 for v in env.state.budget_left().values())
+
+
+def random_decision(env: MageRAGEnv, rng: np.random.Generator) -> RoundDecision:
+    cands = env.candidates()
+    working = [env.gi.node_ids[v] for v in env.state.working]
+    pick = lambda xs, n: [xs[i] for i in rng.permutation(len(xs))[:n]] if xs else []  # noqa: E731
+    return RoundDecision(
+        activate=tuple(int(i) for i in rng.integers(0, len(cands) + 2, size=rng.integers(0, 3))),
+        open=tuple(pick(working, int(rng.integers(0, 3)))),
+        search=("revenue growth" if rng.random() < 0.3 else None),
+        prune=tuple(pick(working, int(rng.integers(0, 2)))),
+        stop=bool(rng.random() < 0.1),
+    )
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(budget=budgets, K=st.sampled_from([4, 8, 16]), mode=st.sampled_from(["visual", "text"]),
+       episode=st.sampled_from([e.episode.episode_id for e in EPISODES]), seed=st.integers(0, 10_000),
+       p_invalid=st.sampled_from([0.0, 0.2]), p_round=st.sampled_from([0.0, 0.3]),
+       final_pass=st.booleans())
+def test_random_episodes_keep_every_invariant(budget, K, mode, episode, seed, p_invalid, p_round, final_pass):
+    env = make(budget, K, mode, final_pass)
+    rng = np.random.default_rng(seed)
+    env.reset(seed=seed, options={"episode_id": episode})
+    done = False
+    while not done:
+        mask = env.action_masks()
+        assert mask.shape == (n_actions(K),)
+        for a in range(len(mask)):
+            assert bool(mask[a]) == accepted(env, a), f"mask disagrees with the transition on action {a}"
+        if rng.random() < p_round:
+            _, reward, done, _, info = env.submit_round(random_decision(env, rng), raw="raw text")
+        else:
+            valid = np.flatnonzero(mask)
+            a = int(rng.integers(len(mask))) if rng.random() < p_invalid else int(valid[rng.integers(len(valid))])
+            if a == 0 and rng.random() < 0.8 and len(valid) > 1:
+                a = int(valid[1 + rng.integers(len(valid) - 1)])  # keep episodes going a little longer
+            _, reward, done, _, info = env.step(a)
+        env.state.check_invariants()
+        check_budget(env)
+    # pruned nodes are never rendered; everything rendered is activated or opened
+    rendered = env.last_render
+    idx = env.graph.index_of
+    states = env.state.node_state
+    assert all(states[idx[n]] != PRUNED for n in rendered.node_ids)
+    assert all(states[idx[n]] in (1, 2) for n in rendered.node_ids)
+    assert {im.node_id for im in rendered.images} <= set(rendered.node_ids)
+    assert (len(rendered.images) > 0) <= (mode == "visual")
+    assert np.isfinite(reward)
+    # replaying the trace reproduces the final state
+    records = list(env.trace.records)
+    again = make(budget, K, mode, final_pass)
+    replay(records, again)
+    assert np.array_equal(again.state.node_state, env.state.node_state)
+    assert again.state.counters == env.state.counters
+    assert again.state.stop_reason == env.state.stop_reason
+    assert again.last_render.xml == rendered.xml

@@ -1,0 +1,122 @@
+"""Reward parts: oracle coverage rules, support, noise, cost, the total, shaping, answering readers."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mage_gym import reward as R
+from mage_gym.data.gold import GoldEvidence
+from mage_gym.env import MageRAGEnv, Op, encode_action
+from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.readers.base import ReaderOutput
+from mage_gym.render import render
+from mage_gym.testing import make_toy_graph
+
+QF = hash_query_fn(16)
+
+
+@pytest.fixture()
+def graph():
+    return make_toy_graph(n_pages=4, elements_per_page=4, dim=16)
+
+
+def gold(graph, element_ids=(), pages=()):
+    items, item_pages, is_page = [], [], []
+    for nid in element_ids:
+        items.append((graph.index_of[nid],)), item_pages.append(graph.page_of(nid)), is_page.append(False)
+    for p in pages:
+        items.append((p,)), item_pages.append(p), is_page.append(True)
+    nodes = np.array(sorted({n for it in items for n in it}), dtype=np.int32)
+    return GoldEvidence(items=tuple(items), pages=tuple(sorted(set(item_pages))), item_pages=tuple(item_pages),
+                        item_is_page=tuple(is_page), level="element" if element_ids else "page", gold_nodes=nodes)
+
+
+def masks(graph, opened=(), page_images=()):
+    o = np.zeros(graph.n_nodes, dtype=bool)
+    o[[graph.index_of[n] for n in opened]] = True
+    p = np.zeros(graph.n_pages, dtype=bool)
+    p[list(page_images)] = True
+    return o, p
+
+
+def test_coverage_rules(graph):
+    g = gold(graph, element_ids=("toy:p1:e2",), pages=(3,))
+    cov = lambda **kw: R.coverage(g, *masks(graph, **kw), graph.node_page).tolist()  # noqa: E731
+    assert cov() == [False, False]
+    assert cov(opened=("toy:p1:e2",)) == [True, False]  # opened gold element
+    assert cov(opened=("toy:p1:e1",)) == [False, False]  # a neighbour does not count
+    assert cov(page_images=(1,)) == [True, False]  # its page image was sent (visual mode)
+    assert cov(opened=("toy:p3:e0",)) == [False, True]  # page-level item: any opened element of the page
+    assert cov(page_images=(3,)) == [False, True]
+
+
+def test_support(graph):
+    ep = toy_episodes()[0].episode
+    g = gold(graph, element_ids=("toy:p1:e2", "toy:p2:e1"))
+    assert R.oracle_support(ep, g, np.array([True, False])) == 0.5
+    from dataclasses import replace
+
+    assert R.oracle_support(replace(ep, answerable=False), GoldEvidence(), np.zeros(0, bool)) == 1.0
+    assert R.oracle_support(ep, GoldEvidence(), np.zeros(0, bool)) == 0.0  # answerable, gold unknown
+
+
+def test_noise_counts_non_gold_tokens(graph):
+    g = gold(graph, element_ids=("toy:p1:e2",))
+    st = np.zeros(graph.n_nodes, dtype=np.int8)
+    for nid, v in (("toy:p1", 1), ("toy:p1:e2", 2), ("toy:p2", 1), ("toy:p2:e1", 2)):
+        st[graph.index_of[nid]] = v
+    r = render(graph, st, "text")
+    per = dict(r.node_tokens)
+    expect = (per["toy:p2"] + per["toy:p2:e1"]) / r.tokens  # page 1 holds gold, so its page node is not noise
+    assert R.noise(graph, g, r) == pytest.approx(expect)
+    assert R.noise(graph, GoldEvidence(), r) == 0.0
+
+
+def test_cost_is_clipped_weighted_and_total_combines_parts():
+    cfg = R.RewardConfig(token_cap=100, w_tokens=0.5, w_ops=0.25, w_calls=0.25)
+    total, parts = R.cost(tokens=250, operations=5, calls=1, cfg=cfg, op_cap=10, call_cap=4)
+    assert parts == {"cost_tokens": 1.0, "cost_operations": 0.5, "cost_calls": 0.25}
+    assert total == pytest.approx(0.5 + 0.125 + 0.0625)
+    assert R.total_reward(0.8, 0.5, 0.4, R.RewardConfig(lambda_noise=0.2, lambda_cost=0.5)) == pytest.approx(0.5)
+    assert R.RewardConfig.coerce({"lambda1": 0.3, "lambda2": 0.7}).lambda_cost == 0.7
+
+
+def test_shaping_telescopes_to_terminal_reward_minus_initial_potential():
+    plain = MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, budget={"k": 1})
+    shaped = MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, budget={"k": 1}, reward={"shaping": True})
+    totals = []
+    for env in (plain, shaped):
+        env.reset(options={"episode_id": "elem"})
+        phi0 = env._phi()
+        total, done, rng = 0.0, False, np.random.default_rng(4)
+        while not done:
+            valid = np.flatnonzero(env.action_masks())
+            a = int(valid[rng.integers(len(valid))]) if rng.random() > 0.1 else 0
+            _, r, done, _, info = env.step(a)
+            total += r
+        totals.append((total, phi0, info["reward_components"]["reward"]))
+    (t_plain, _, term_plain), (t_shaped, phi0, term_shaped) = totals
+    assert t_plain == pytest.approx(term_plain)
+    assert t_shaped == pytest.approx(term_shaped - phi0)
+
+
+class _EchoReader:
+    """An answering reader that returns a fixed answer (stands in for a model)."""
+
+    name = "echo"
+    answers = True
+
+    def __init__(self, answer):
+        self.answer = answer
+
+    def read(self, rendered):
+        return ReaderOutput(answer=self.answer, raw=self.answer)
+
+
+def test_answering_reader_support_is_the_benchmark_score():
+    for answer, expect in (("12", 1.0), ("7", 0.0)):
+        env = MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=8, reader=_EchoReader(answer))
+        env.reset(options={"episode_id": "elem"})  # gold answer "12", format Int
+        _, r, done, _, info = env.step(encode_action(Op.STOP, 0, env.K))
+        assert done and info["reward_components"]["support"] == expect
+        assert env.last_reader_output.answer == answer

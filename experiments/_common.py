@@ -28,6 +28,8 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 log = logging.getLogger("experiments")
+for _noisy in ("bm25s", "httpx", "urllib3", "matplotlib", "PIL"):  # index-building chatter at DEBUG/INFO
+    logging.getLogger(_noisy).setLevel(logging.WARNING)
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python experiments/x.py` puts only experiments/ on the path
     sys.path.insert(0, str(REPO))

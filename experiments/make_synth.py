@@ -50,7 +50,8 @@ def main(cfg: DictConfig) -> None:
     summary["pages_per_second"] = round(info.n_pages / max(info.seconds, 1e-9), 2)
     log.info("corpus: %s", json.dumps(summary))
     print(f"generated {info.n_docs} docs, {info.n_pages} pages, {info.n_questions} questions "
-          f"in {info.seconds:.1f} s ({summary['mean_doc_kib']} KiB/doc) -> {out_dir}")
+          f"in {info.seconds:.1f} s wall, {info.cpu_seconds:.1f} s CPU ({summary['mean_doc_kib']} KiB/doc) "
+          f"-> {out_dir}")
 
     checks: dict[str, Any] = {}
     pc = cfg.parse_check

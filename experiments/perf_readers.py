@@ -71,12 +71,14 @@ def _visual_input(side: tuple[int, int] = (1000, 1300)) -> RenderedInput:
 def measure_cache_hits(n: int) -> dict[str, float]:
     out: dict[str, float] = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for label, reader, rendered in (("text_20kB", _EchoReader(False), _text_input()),
-                                        ("visual_2x1000x1300", _EchoReader(True), _visual_input())):
-            cached = CachedReader(reader, Path(tmp) / "cache.sqlite")
+        for label, reader, rendered, image_key in (
+                ("text_20kB", _EchoReader(False), _text_input(), "pixels"),
+                ("visual_2x1000x1300_pixels", _EchoReader(True), _visual_input(), "pixels"),
+                ("visual_2x1000x1300_identity", _EchoReader(True), _visual_input(), "identity")):
+            cached = CachedReader(reader, Path(tmp) / "cache.sqlite", image_key=image_key)
             cached.read(rendered)  # store
             times = []
-            for _ in range(n if label.startswith("text") else max(20, n // 20)):
+            for _ in range(max(20, n // 20) if label.endswith("pixels") else n):
                 t = time.perf_counter()
                 res = cached.read(rendered)
                 times.append((time.perf_counter() - t) * 1000)

@@ -53,6 +53,9 @@ class TraceRecorder:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
     def start(self, record: dict[str, Any]) -> None:
+        """Begin an episode; an unfinished previous one (reset mid-episode) is written as it stands."""
+        if self.path is not None and self.records and self.records[-1].get("kind") != "end":
+            self._write(self.records)
         self.records = [record]
 
     def add(self, record: dict[str, Any]) -> None:
@@ -61,9 +64,12 @@ class TraceRecorder:
     def end(self, record: dict[str, Any]) -> None:
         self.records.append(record)
         if self.path is not None:
-            with open(self.path, "a", encoding="utf-8") as f:
-                for r in self.records:
-                    f.write(dumps(r) + "\n")
+            self._write(self.records)
+
+    def _write(self, records: list[dict[str, Any]]) -> None:
+        assert self.path is not None
+        with open(self.path, "a", encoding="utf-8") as f:
+            f.write("".join(dumps(r) + "\n" for r in records))
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:

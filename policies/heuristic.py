@@ -15,7 +15,10 @@ Each step, in this order (first rule that applies wins):
 3. **expand**: the unvisited candidate with the best score = relevance +
    ``link_bonus`` x (number of edge kinds linking it to the working set) is
    activated, if its relevance reaches ``expand_min_rel`` (elements) or
-   ``page_min_rel`` (pages: a page costs far more reader tokens);
+   ``page_min_rel`` (pages: a page costs far more reader tokens). With
+   ``max_pages`` set, a candidate that would add a page beyond it first
+   swaps out the weakest active page without a strong element (a page image
+   costs ~1,000 reader tokens in ``visual`` mode, so the page count is kept);
 4. otherwise **stop** (no gain expected) - the mask makes every other rule
    impossible once the budget is spent, which also ends in stop.
 
@@ -39,7 +42,8 @@ class HeuristicPolicy(BasePolicy):
 
     def __init__(self, expand_min_rel: float = 0.9, page_min_rel: float = 0.9, open_min_rel: float = 0.9,
                  prune_max_rel: float = 0.5, min_pages: int = 2, max_opens: int | None = None,
-                 link_bonus: float = 0.02, render_mode: str | None = None, **kw: Any) -> None:
+                 link_bonus: float = 0.02, max_pages: int | None = None, render_mode: str | None = None,
+                 **kw: Any) -> None:
         super().__init__(render_mode=render_mode, **kw)
         for name, value in (("expand_min_rel", expand_min_rel), ("page_min_rel", page_min_rel),
                             ("open_min_rel", open_min_rel), ("prune_max_rel", prune_max_rel)):
@@ -47,6 +51,9 @@ class HeuristicPolicy(BasePolicy):
                 raise ValueError(f"{name} must be a percentile in [0, 1], got {value}")
         if min_pages < 0:
             raise ValueError(f"min_pages must be >= 0, got {min_pages}")
+        if max_pages is not None and max_pages < 1:
+            raise ValueError(f"max_pages must be >= 1 or null, got {max_pages}")
+        self.max_pages = max_pages
         self.expand_min_rel = float(expand_min_rel)
         self.page_min_rel = float(page_min_rel)
         self.open_min_rel = float(open_min_rel)
@@ -79,20 +86,34 @@ class HeuristicPolicy(BasePolicy):
         page_ok = op_mask(mask, Op.ACTIVATE_PAGE, K) & v.is_page & (v.rel >= self.page_min_rel)
         slot = best_slot(score, el_ok | page_ok)
         if slot is not None:
+            adds_page = bool(v.is_page[slot] or not v.page_activated[slot])
+            if adds_page and self.max_pages is not None and \
+                    int(np.sum(v.is_page & v.activated)) >= self.max_pages:
+                victim = self._weakest_page(v, mask, below=1.01)
+                if victim is None:
+                    self.count("stops_page_cap")
+                    return 0
+                self.count("swaps")
+                return action_of(Op.PRUNE, victim, K)
             self.count("expansions")
             return action_of(Op.ACTIVATE_NODE if el_ok[slot] else Op.ACTIVATE_PAGE, slot, K)
         self.count("stops_no_gain")
         return 0
 
     def _prune(self, v: SlotView, mask: np.ndarray) -> int | None:
+        slot = self._weakest_page(v, mask, below=self.prune_max_rel)
+        return None if slot is None else action_of(Op.PRUNE, slot, v.K)
+
+    def _weakest_page(self, v: SlotView, mask: np.ndarray, below: float) -> int | None:
+        """Slot of the least relevant prunable active page under ``below`` holding no strong element."""
         active_pages = np.flatnonzero(v.is_page & v.activated)
         if len(active_pages) <= self.min_pages:
             return None
         can = op_mask(mask, Op.PRUNE, v.K)
-        weak = [s for s in active_pages.tolist() if can[s] and v.rel[s] < self.prune_max_rel]
-        keep_el = (v.activated | v.opened) & ~v.is_page & (v.rel >= self.open_min_rel)
+        weak = [s for s in active_pages.tolist() if can[s] and v.rel[s] < below]
+        strong = min(self.open_min_rel, self.expand_min_rel)
+        keep_el = (v.activated | v.opened) & ~v.is_page & (v.rel >= strong)
         weak = [s for s in weak if not np.any(keep_el & v.same_page(s))]
         if not weak:
             return None
-        slot = min(weak, key=lambda s: (v.rel[s], s))
-        return action_of(Op.PRUNE, slot, v.K)
+        return min(weak, key=lambda s: (v.rel[s], s))

@@ -19,7 +19,7 @@ from mage_gym.env import RoundDecision
 from mage_gym.readers.prompt import ReaderPrompt
 from policies.llm_decision import decision_to_xml
 
-EVALUATOR_PROMPT_VERSION = "mage-evaluator-v1"
+EVALUATOR_PROMPT_VERSION = "mage-evaluator-v2"
 
 ROLE = (
     "You are the evidence controller of a question-answering system over one long document. "
@@ -78,9 +78,10 @@ class PromptConfig:
 
 
 def examples_text() -> str:
+    """Short situation -> decision pairs; the prompt ends with the same cue, so a small model continues in XML."""
     parts = []
     for i, (situation, decision) in enumerate(_EXAMPLES, 1):
-        parts.append(f"Example {i}. {situation}\n{decision_to_xml(decision)}")
+        parts.append(f"Example {i}.\nSituation: {situation}\nDecision:\n{decision_to_xml(decision)}")
     return "\n\n".join(parts)
 
 
@@ -129,5 +130,5 @@ def build_evaluator_prompt(text_view: str, m: int, cfg: PromptConfig = PromptCon
     if cfg.examples:
         user.append("## Examples\n" + examples_text())
     user.append("## Current state\n" + compact_view(text_view, cfg))
-    user.append("## Your decision\n" + OUTPUT_FORMAT)
+    user.append("## Your decision\n" + OUTPUT_FORMAT + "\n\nSituation: the current state above.\nDecision:")
     return ReaderPrompt(system=system, parts=("\n\n".join(user) + "\n",), version=EVALUATOR_PROMPT_VERSION)

@@ -4,6 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup_venv.sh
+# The trace report's browser test drives Debian's Chromium (needs root/sudo once).
+bash scripts/install_browser.sh || echo "[run_tests] WARNING: could not install chromium; the browser test will fail" >&2
 export MAGE_GYM_CACHE="${MAGE_GYM_CACHE:-$PWD/.cache/mage_gym}"
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 WANDB_MODE="${WANDB_MODE:-offline}"
 exec .venv/bin/python -m pytest -q "$@"

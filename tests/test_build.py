@@ -165,6 +165,8 @@ def test_summary_helpers():
     assert summarize_element("table", "a b\nc d", None, caption="Table 1: Costs") == "Table (2 rows): Table 1: Costs"
     assert summarize_page([], "", fallback="Only a chart label") == "Only a chart label"
     assert summarize_page(["Intro", "Intro"], "First. Second.") == "Intro \u2014 First."
+    many = summarize_page(["A", "B", "C", "D"] + ["Long heading " * 8], "Body sentence here. Next.")
+    assert many == "A / B / C \u2014 Body sentence here."
 
 
 # --- build_graph / load_graph with the cache ----------------------------------------------------

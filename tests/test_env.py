@@ -372,3 +372,42 @@ def test_budget_validation_and_hydra_style_mappings():
         Budget(m=0)
     with pytest.raises(ValueError):
         make(render_mode="pixels")
+
+
+def test_scripted_interface_operate_and_render_without_stopping():
+    env = make(budget={"k": 1})
+    env.reset(options={"episode_id": "elem"})
+    page = env.gi.node_ids[env.state.working[0]]
+    el = next(e.node_id for e in env.graph.elements if env.graph.page_of(e.node_id) == env.graph.page_of(page))
+    _, _, _, _, info = env.operate("ActivateNode", el)
+    assert info["last_action_error"] == "" and info["node_id"] == el
+    env.operate("OpenNode", el)
+    _, _, _, _, info = env.operate("SearchEvidence", query="employees europe")
+    assert info["last_action_error"] == "" and env.state.counters.round == 1
+    rendered = env.render()  # the current reader input, episode still running
+    assert el in rendered.opened_ids and not env.state.stopped
+
+
+def test_make_env_needs_exactly_one_source():
+    from mage_gym.env import make_env
+
+    with pytest.raises(ValueError):
+        make_env()
+    env = make_env(episodes=toy_episodes(), query_fn=QF, K=8)
+    assert env.unwrapped.K == 8 and env.spec.id == "MageRAG-v0"
+
+
+def test_page_window_keeps_pages_outside_it_out_of_play():
+    pairs = toy_episodes()
+    pairs[1] = EnvEpisode(replace(pairs[1].episode, page_window=(2, 4)), pairs[1].graph)
+    env = MageRAGEnv(episodes=pairs, query_fn=QF, K=64, budget={"k": 5})
+    env.reset(options={"episode_id": "page"})
+    gi, s = env.gi, env.state
+    inside = set(range(2, 5))
+    assert set(s.activation_order) == inside  # k=5 but only 3 pages in the window
+    in_play = [v for v in env.slots.tolist() if v >= 0]
+    assert all(int(gi.node_page[v]) in inside for v in in_play)
+    assert not env.action_masks()[1 + 3 * env.K: 1 + 4 * env.K].any()  # no page left to search for
+    s.check_invariants()
+    _, _, _, _, info = env.step(0)
+    assert all(env.graph.page_of(n) in inside for n in env.last_render.node_ids)

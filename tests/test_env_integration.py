@@ -52,6 +52,7 @@ def synth_episodes(tmp_path_factory):
     return load_synth(root)
 
 
+@pytest.mark.slow
 def test_agents_on_generator_episodes(synth_episodes):
     env = make_env(episodes=synth_episodes, parser="fast", K=32)
     infos = [random_episode(env, s) for s in range(3)]
@@ -63,6 +64,7 @@ def test_agents_on_generator_episodes(synth_episodes):
 
 
 @pytest.mark.real_data
+@pytest.mark.slow
 def test_agents_on_real_benchmark_episodes(data_root):
     from mage_gym.data.registry import load_dataset
 

@@ -73,6 +73,7 @@ def test_load_gold_boxes_dedups_and_parses_types(tmp_path: Path) -> None:
     assert len(boxes) == 2  # duplicate dropped, degenerate box dropped
     by_page = {b.page: b for b in boxes}
     assert by_page[2].category == "table" and by_page[3].category == "mixed"
+    assert by_page[2].types == ("table",) and by_page[3].types == ("chart", "figure")
     assert by_page[2].rescaled(1224, 1584) == (20, 20, 200, 100)
 
 

@@ -113,6 +113,19 @@ def test_key_changes_with_prompt_version_and_model(tmp_path):
     assert bumped_inner.calls == ["q1"]
 
 
+def test_identity_image_keys_skip_rendering_but_follow_the_request(tmp_path):
+    loads: list = []
+    reader = CachedReader(CountingReader(), tmp_path / "c.sqlite", image_key="identity")
+    key = reader.key(_input(color=(0, 0, 0), counter=loads))
+    assert loads == [] and key == reader.key(_input(color=(9, 9, 9)))
+    bigger = _input()
+    bigger = RenderedInput(question=bigger.question, xml=bigger.xml,
+                           images=(RenderedImage("d:p0", 0, (0, 0, 1, 1), "page", 32, 24, _loader=lambda: None),))
+    assert reader.key(bigger) != key
+    with pytest.raises(ValueError):
+        CachedReader(CountingReader(), tmp_path / "c.sqlite", image_key="nope")
+
+
 def test_a_miss_loads_each_image_once(tmp_path):
     loads: list = []
     CachedReader(CountingReader(), tmp_path / "c.sqlite").read(_input(counter=loads))

@@ -108,8 +108,8 @@ def tiny_causal_dir(tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def pdf_evidence(tmp_path_factory) -> RenderedInput:
-    """One real PDF page as a page image plus an element crop, and XML referencing both."""
+def report_pdf(tmp_path_factory) -> Path:
+    """A one-page PDF with a title, a figure line and a filled box."""
     import pymupdf
 
     path = tmp_path_factory.mktemp("pdf") / "report.pdf"
@@ -120,6 +120,15 @@ def pdf_evidence(tmp_path_factory) -> RenderedInput:
     page.draw_rect(pymupdf.Rect(30, 150, 270, 300), color=(0.8, 0.1, 0.1), fill=(0.9, 0.8, 0.2))
     doc.save(path)
     doc.close()
+    return path
+
+
+@pytest.fixture(scope="module")
+def pdf_evidence(report_pdf) -> RenderedInput:
+    """The PDF page as a page image plus an element crop, and XML referencing both."""
+    import pymupdf
+
+    path = report_pdf
 
     def render(clip=None):
         def load():
@@ -162,6 +171,30 @@ def test_tiny_qwen3vl_reads_real_pixels_from_its_saved_folder(tiny_qwen3vl_dir, 
     assert text.index('<image ref="report:p0"/>') < starts[0] < text.index("Revenue: 42") < \
         text.index('<image ref="report:p0:e2"/>') < starts[1]
     assert html.escape("What was the revenue in 2023?") in text
+
+
+def test_tiny_qwen3vl_reads_what_the_renderer_produces(tiny_qwen3vl_dir, report_pdf, monkeypatch):
+    """Graph -> render -> reader: the renderer's image refs and loaders drive the model input."""
+    import numpy as np
+
+    from mage_gym.graph.build import build_graph
+    from mage_gym.render import render
+
+    graph = build_graph(report_pdf, parser="fast", cache=False, encoder=None, progress=False)
+    state = np.zeros(graph.n_nodes, dtype=np.int8)
+    state[0] = 1  # page 0 activated: summary + page image
+    state[graph.n_pages] = 2  # its first element opened
+    rendered = render(graph, state, "visual", question="What was the revenue in 2023?",
+                      config={"page_dpi": 36, "page_max_side": 256})
+    assert rendered.images
+    reader = HFReader(tiny_qwen3vl_dir, max_new_tokens=4)
+    loaded = reader.load()
+    seen = {}
+    real_generate = loaded.model.generate
+    monkeypatch.setattr(loaded.model, "generate", lambda **kw: (seen.update(kw), real_generate(**kw))[1])
+    out = reader.read(rendered)
+    assert isinstance(out.answer, str) and out.error is None
+    assert seen["image_grid_thw"].shape[0] == len(rendered.images)
 
 
 def test_tiny_qwen3vl_greedy_decoding_is_deterministic(tiny_qwen3vl_dir, pdf_evidence):

@@ -259,3 +259,19 @@ def test_fast_parser_sees_what_was_drawn(corpus: Path, layouts: dict[str, dict])
             continue
         assert st.compatible == st.n, (t, st, res.misses[:5])
     assert res.by_type["paragraph"].n > 0 and res.by_type["table"].n > 0
+
+
+def test_gold_resolves_to_parsed_elements(corpus: Path, episodes: list[Episode]) -> None:
+    """Every gold region lands on graph element nodes (no page fallback) with the fast parser."""
+    pytest.importorskip("mage_gym.graph.build")
+    from mage_gym.data.gold import resolve_gold_detailed
+    from mage_gym.graph.build import build_graph
+
+    doc = read_manifest(corpus)["docs"][0]
+    graph = build_graph(str(corpus / doc["file"]), parser="fast", cache=False, encoder=None)
+    mine = [ep for ep in episodes if ep.doc_id == doc["doc_id"] and ep.answerable]
+    assert mine
+    for ep in mine:
+        gold, stats = resolve_gold_detailed(ep, graph)
+        assert stats.region_items == len(ep.evidence_regions) and stats.region_page_fallback == 0, ep.question
+        assert gold.level == "element"

@@ -65,3 +65,15 @@ def test_replay_reproduces_flat_and_round_episodes(tmp_path):
         assert again.state.counters == env.state.counters
         assert again.last_render.xml == env.last_render.xml
         path.unlink()
+
+
+def test_an_episode_abandoned_by_reset_is_still_written(tmp_path):
+    path = tmp_path / "t.jsonl"
+    env = make(trace_path=str(path))
+    env.reset(options={"episode_id": "elem"})
+    env.step(1)  # one step, then reset mid-episode
+    env.reset(options={"episode_id": "page"})
+    env.step(0)
+    episodes = load_traces(path)
+    assert [e[0]["episode_id"] for e in episodes] == ["elem", "page"]
+    assert episodes[0][-1]["kind"] == "step" and episodes[1][-1]["kind"] == "end"

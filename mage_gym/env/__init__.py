@@ -5,7 +5,7 @@ Usage (README example)::
     import gymnasium as gym, numpy as np
     import mage_gym.env                                   # registers "MageRAG-v0"
     from mage_gym.env import make_env
-    env = make_env(dataset="mmlongbench", limit=5)        # or gym.make("MageRAG-v0", episodes=pairs)
+    env = make_env(dataset="mmlongbench", limit=2)        # or gym.make("MageRAG-v0", episodes=pairs)
     obs, info = env.reset(seed=0)
     rng, done = np.random.default_rng(0), False
     while not done:

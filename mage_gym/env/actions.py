@@ -195,10 +195,11 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
     elif op == Op.SEARCH:
         if search is None:
             raise ValueError("SearchEvidence needs a search function")
-        scores = np.asarray(search(), dtype=np.float64)
+        scores = np.asarray(search(), dtype=np.float32)
         pages = (state.node_state[: gi.n_pages] == UNVISITED).nonzero()[0]
         take = min(state.round_left, state.acts_left, len(pages))
-        best = pages[np.lexsort((pages, -scores[pages]))][:take]
+        # best scores first; a stable sort keeps ascending page order among ties
+        best = pages[np.argsort(-scores[pages], kind="stable")[:take]]
         for p in best.tolist():
             state.activate(p)
             c.acts_used += 1

@@ -19,7 +19,7 @@ decision) and by the optional shaping term (reward only).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
@@ -157,7 +157,6 @@ class MageRAGEnv(gym.Env):
         self._seed: int | None = None
         self._gold_mask_key: tuple | None = None
         self._table: np.ndarray | None = None
-        self._table_key: tuple | None = None
         self._n_slots = 0
         self._gold_mask_value: np.ndarray | None = None
 
@@ -230,14 +229,21 @@ class MageRAGEnv(gym.Env):
         gi = graph_index(loaded.graph)
         rel = episode_relevance(loaded.graph, loaded.episode.question, self.retriever, self.query_fn)
         state = EvidenceState.new(gi, self.budget, rel.rank_of)
-        for p in rel.entry_pages(self.budget.k):
+        entry = rel.page_order
+        window = loaded.episode.page_window
+        if window is not None:  # pages outside the episode's window are out of play from the start
+            lo, hi = max(0, int(window[0])), min(gi.n_pages - 1, int(window[1]))
+            inside = np.zeros(gi.n_pages, dtype=bool)
+            inside[lo: hi + 1] = True
+            if inside.any():
+                state.block_pages(np.flatnonzero(~inside))
+                entry = entry[inside[entry]]
+        for p in entry[: self.budget.k].tolist():
             state.activate(p)
             state.counters.free_acts += 1
         self._loaded, self.gi, self.rel, self.state = loaded, gi, rel, state
         self._question_vec = question_features(rel)
-        table_key = (id(gi), id(rel))
-        if self._table_key != table_key:  # same episode again: reuse the per-episode feature table
-            self._table, self._table_key = node_table(state, rel), table_key
+        self._table = node_table(state, rel)  # shared per (graph, question) in the process
         self._invalidate()
         self._recent.clear()
         self._pending_reward = 0.0
@@ -317,6 +323,11 @@ class MageRAGEnv(gym.Env):
         reward = 0.0
         last: OpResult | None = None
 
+        def refuse(op: str, target: str, why: str) -> None:
+            """A part of the decision that names no valid target: reported, shown in the recent trace."""
+            errors.append(f"{op}({target}): {why}")
+            self._recent.append((op, target, False, why))
+
         def run(op: Op, node: int, **kw: Any) -> None:
             nonlocal reward, last
             if state.stopped:
@@ -330,23 +341,24 @@ class MageRAGEnv(gym.Env):
         for p in decision.prune:
             v = gi.graph.index_of.get(p.node_id)
             if v is None:
-                errors.append(f"PruneNode({p.node_id}): unknown node id")
+                refuse("PruneNode", p.node_id, "unknown node id")
             else:
                 run(Op.PRUNE, v, reason=p.reason)
         acts = list(decision.activate)
         if len(acts) > self.budget.m:
-            errors.append(f"at most m={self.budget.m} activations per round; ignored {acts[self.budget.m:]}")
+            refuse("Activate", ",".join(map(str, acts[self.budget.m:])),
+                   f"at most m={self.budget.m} activations per round; ignored")
             acts = acts[: self.budget.m]
         for n in acts:
             if not 1 <= n <= len(cands):
-                errors.append(f"Activate({n}): no candidate numbered {n}")
+                refuse("Activate", str(n), f"no candidate numbered {n}")
                 continue
             v = cands[n - 1]
             run(Op.ACTIVATE_PAGE if gi.is_page[v] else Op.ACTIVATE_NODE, v)
         for nid in decision.open:
             v = gi.graph.index_of.get(nid)
             if v is None:
-                errors.append(f"OpenNode({nid}): unknown node id")
+                refuse("OpenNode", nid, "unknown node id")
             else:
                 run(Op.OPEN_NODE, v)
         if decision.search is not None and decision.search.strip():
@@ -359,7 +371,7 @@ class MageRAGEnv(gym.Env):
                 reward += self._take_reward()
         res = last or OpResult(Op.STOP, -1, True)
         self._pending_reward = reward
-        return self._result(res, errors)
+        return self._result(res, errors, operation="SubmitRound")
 
     def operate(self, op: str | Op, node: str | int | None = None, query: str | None = None):
         """One operation addressed by node id (or index) instead of slot; rounds close as in ``step``.
@@ -566,13 +578,13 @@ class MageRAGEnv(gym.Env):
         r, self._pending_reward = self._pending_reward, 0.0
         return r
 
-    def _result(self, res: OpResult, errors: Sequence[str]):
+    def _result(self, res: OpResult, errors: Sequence[str], operation: str | None = None):
         state = self._require()
         reward = self._take_reward()
         gi = state.gi
         info: dict[str, Any] = {
             "last_action_error": "; ".join(e for e in errors if e),
-            "operation": OP_NAMES[res.op],
+            "operation": operation or OP_NAMES[res.op],
             "node_id": gi.node_ids[res.node] if 0 <= res.node < gi.n_nodes else None,
             "round": state.counters.round,
             "steps": state.counters.steps,

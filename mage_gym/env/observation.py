@@ -25,7 +25,7 @@ from gymnasium import spaces
 
 from mage_gym.env.graph_index import STATIC_FEATURES
 from mage_gym.env.relevance import N_RELEVANCE, EpisodeRelevance
-from mage_gym.env.state import STATE_NAMES, EvidenceState
+from mage_gym.env.state import DYN_PAGEACT, N_DYN, STATE_NAMES, EvidenceState
 from mage_gym.graph.schema import EDGE_KINDS
 
 QUESTION_DIM = 384
@@ -43,6 +43,8 @@ _LINK0 = _STATE0 + len(STATE_NAMES)
 _ACTPOS = _LINK0 + len(EDGE_KINDS)
 _PAGEACT = _ACTPOS + 1
 N_FEATURES = len(NODE_FEATURES)
+# the state's dynamic table follows the unvisited column, in the same order as NODE_FEATURES
+assert N_FEATURES - (_STATE0 + 1) == N_DYN and _PAGEACT - (_STATE0 + 1) == DYN_PAGEACT
 
 
 def observation_space(K: int) -> spaces.Dict:
@@ -62,9 +64,6 @@ def question_features(rel: EpisodeRelevance) -> np.ndarray:
         v = np.asarray(v, dtype=np.float32).ravel()[:QUESTION_DIM]
         out[: len(v)] = v
     return np.clip(out, -1.0, 1.0)
-
-
-_ONEHOT_STATE = np.eye(len(STATE_NAMES), dtype=np.float32)
 
 
 _TABLES: "OrderedDict[tuple[int, int], tuple[object, object, np.ndarray]]" = OrderedDict()
@@ -95,7 +94,9 @@ def build_observation(state: EvidenceState, table: np.ndarray, slots: np.ndarray
                       question: np.ndarray) -> dict[str, np.ndarray]:
     """Fresh arrays every call (Gymnasium forbids reusing returned buffers).
 
-    ``table`` is :func:`node_table` of the episode; ``n`` the number of filled slots.
+    ``table`` is :func:`node_table` of the episode; ``n`` the number of filled
+    slots. Dynamic columns come from ``state.dyn`` (kept current by the state),
+    so this is two gathers.
     """
     K = len(slots)
     b = state.budget
@@ -103,12 +104,9 @@ def build_observation(state: EvidenceState, table: np.ndarray, slots: np.ndarray
     nodes = np.zeros((K, N_FEATURES), dtype=np.float32)
     if n:
         s = slots[:n]
-        st = state.node_state
         nodes[:n, :_STATE0] = table[s]
-        nodes[:n, _STATE0:_LINK0] = _ONEHOT_STATE[st[s]]
-        nodes[:n, _LINK0:_ACTPOS] = state.rel_count.reshape(-1, len(EDGE_KINDS))[s] > 0
-        nodes[:n, _ACTPOS] = np.minimum(1.0, (state.act_pos[s] + 1) * (1.0 / max(1, b.max_working_set)))
-        nodes[:n, _PAGEACT] = st[state.gi.node_page[s]] == 1
+        nodes[:n, _STATE0] = state.node_state[s] == 0
+        nodes[:n, _STATE0 + 1:] = state.dyn[s]
     slot_mask = np.zeros(K, dtype=np.float32)
     slot_mask[:n] = 1.0
     budget = np.array([

@@ -126,7 +126,7 @@ class _GraphKeyedLRU:
             self._data.clear()
 
 
-_QUESTIONS = _GraphKeyedLRU(512)
+_QUESTIONS = _GraphKeyedLRU(128)  # ~0.5 MB per entry on a 500-page graph
 _SEARCHES = _GraphKeyedLRU(8192)
 _QUERY_VECTORS: OrderedDict[tuple[int, str], Query] = OrderedDict()
 _RETRIEVERS: dict[str, Retriever] = {}

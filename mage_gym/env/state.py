@@ -15,6 +15,7 @@ Invariants (checked by :meth:`EvidenceState.check_invariants`):
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -24,6 +25,25 @@ from mage_gym.env.graph_index import N_KINDS, GraphIndex
 
 UNVISITED, ACTIVATED, OPENED, PRUNED = 0, 1, 2, 3
 STATE_NAMES: tuple[str, ...] = ("unvisited", "activated", "opened", "pruned")
+
+#: Columns of ``EvidenceState.dyn``, the per-node dynamic observation features kept up
+#: to date by every update, so building an observation is one gather (see observation.py).
+DYN_ACTIVATED, DYN_OPENED, DYN_PRUNED = 0, 1, 2
+DYN_LINK0 = 3  # DYN_LINK0 + kind: linked to the working set by that edge kind
+DYN_ACTPOS = DYN_LINK0 + N_KINDS  # activation position / max working-set size
+DYN_PAGEACT = DYN_ACTPOS + 1  # the node's page is ACTIVATED
+N_DYN = DYN_PAGEACT + 1
+
+_NBR_DYN: "weakref.WeakKeyDictionary[GraphIndex, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def _nbr_dyn(gi: GraphIndex) -> np.ndarray:
+    """Per merged-CSR entry, the flat ``dyn`` index of (neighbour, its link column): one fancy write per update."""
+    arr = _NBR_DYN.get(gi)
+    if arr is None:
+        arr = gi.nbr * N_DYN + DYN_LINK0 + gi.nbr_kind.astype(np.intp)
+        _NBR_DYN[gi] = arr
+    return arr
 
 
 @dataclass
@@ -57,6 +77,7 @@ class EvidenceState:
     rel_count: np.ndarray  # int16 [n * N_KINDS]: working-set neighbours per edge kind (flat)
     frontier_ranked: np.ndarray  # bool [n], indexed by rank: True where that node is on the frontier
     act_pos: np.ndarray  # int32 [n]: activation position, -1 if never activated
+    dyn: np.ndarray  # float32 [n, N_DYN]: dynamic observation features (columns above)
     working: list[int] = field(default_factory=list)  # ACTIVATED/OPENED nodes, activation order
     activation_order: list[int] = field(default_factory=list)  # every node ever activated
     n_unvisited_pages: int = 0
@@ -73,6 +94,7 @@ class EvidenceState:
             rel_count=np.zeros(n * N_KINDS, dtype=np.int16),
             frontier_ranked=np.zeros(n, dtype=bool),
             act_pos=np.full(n, -1, dtype=np.int32),
+            dyn=np.zeros((n, N_DYN), dtype=np.float32),
             n_unvisited_pages=gi.n_pages,
         )
 
@@ -81,7 +103,7 @@ class EvidenceState:
         return EvidenceState(
             gi=self.gi, budget=self.budget, rank_of=self.rank_of,
             node_state=self.node_state.copy(), rel_count=self.rel_count.copy(),
-            frontier_ranked=self.frontier_ranked.copy(), act_pos=self.act_pos.copy(),
+            frontier_ranked=self.frontier_ranked.copy(), act_pos=self.act_pos.copy(), dyn=self.dyn.copy(),
             working=list(self.working), activation_order=list(self.activation_order),
             n_unvisited_pages=self.n_unvisited_pages, counters=self.counters.copy(),
             stopped=self.stopped, stop_reason=self.stop_reason,
@@ -133,11 +155,13 @@ class EvidenceState:
 
         Every UNVISITED neighbour of ``u`` (and, for a page, every UNVISITED
         element of it) is now related to the working set, so it joins the
-        frontier; nothing leaves it except ``u`` itself.
+        frontier; nothing leaves it except ``u`` itself. (The hot path of the
+        environment: a handful of numpy calls on the node's neighbour slice.)
         """
         gi, st, fr, rank = self.gi, self.node_state, self.frontier_ranked, self.rank_of
         st[u] = ACTIVATED
-        self.act_pos[u] = len(self.activation_order)
+        pos = len(self.activation_order)
+        self.act_pos[u] = pos
         self.activation_order.append(u)
         self.working.append(u)
         lo, hi = gi.nbr_ptr[u], gi.nbr_ptr[u + 1]
@@ -145,13 +169,45 @@ class EvidenceState:
         fr[rank[u]] = False
         nb = gi.nbr[lo:hi]
         fr[rank[nb[st[nb] == UNVISITED]]] = True
-        if gi.is_page[u]:
+        flat = self._dyn_flat
+        base = u * N_DYN
+        flat[base + DYN_ACTIVATED] = 1.0
+        flat[base + DYN_ACTPOS] = min(1.0, (pos + 1) / max(1, self.budget.max_working_set))
+        flat[_nbr_dyn(gi)[lo:hi]] = 1.0
+        if u < gi.n_pages:
             self.n_unvisited_pages -= 1
             elo, ehi = int(gi.page_lo[u]), int(gi.page_hi[u])
             fr[rank[(st[elo:ehi] == UNVISITED).nonzero()[0] + elo]] = True
+            flat[base + DYN_PAGEACT] = 1.0
+            flat[elo * N_DYN + DYN_PAGEACT: ehi * N_DYN: N_DYN] = 1.0
+
+    @property
+    def _dyn_flat(self) -> np.ndarray:
+        return self.dyn.reshape(-1)  # a view: dyn is C-contiguous
+
+    def block_pages(self, pages: np.ndarray) -> None:
+        """Prune never-visited pages and their elements before the episode starts.
+
+        Used for a page window (LongDocURL gives the reader a page range): the
+        pages outside it can never become candidates nor be rendered.
+        """
+        gi = self.gi
+        pages = np.asarray(pages, dtype=np.intp)
+        if not len(pages):
+            return
+        if np.any(self.node_state[pages] != UNVISITED) or self.working:
+            raise ValueError("block_pages is for the start of an episode (pages must be unvisited)")
+        is_blocked = np.zeros(gi.n_pages, dtype=bool)
+        is_blocked[pages] = True
+        nodes = np.flatnonzero(is_blocked[gi.node_page])
+        self.node_state[nodes] = PRUNED
+        self.dyn[nodes, DYN_PRUNED] = 1.0
+        self.n_unvisited_pages -= len(pages)
 
     def open(self, u: int) -> None:
         self.node_state[u] = OPENED
+        self.dyn[u, DYN_ACTIVATED] = 0.0
+        self.dyn[u, DYN_OPENED] = 1.0
 
     def prune(self, u: int) -> list[int]:
         """Prune ``u`` (and, for a page, all its elements). Returns the changed node indices."""
@@ -170,7 +226,16 @@ class EvidenceState:
                 parts.append(nb)
             elif prev == UNVISITED and self.gi.is_page[v]:
                 self.n_unvisited_pages -= 1
-        self._refresh_frontier(np.concatenate(parts))
+        touched = np.concatenate(parts)
+        self._refresh_frontier(touched)
+        dyn, tg = self.dyn, parts[0]
+        dyn[tg, DYN_ACTIVATED] = 0.0
+        dyn[tg, DYN_OPENED] = 0.0
+        dyn[tg, DYN_PRUNED] = 1.0
+        dyn[touched, DYN_LINK0: DYN_LINK0 + N_KINDS] = self.rel_count.reshape(-1, N_KINDS)[touched] > 0
+        if self.gi.is_page[u]:
+            dyn[u, DYN_PAGEACT] = 0.0
+            dyn[int(self.gi.page_lo[u]): int(self.gi.page_hi[u]), DYN_PAGEACT] = 0.0
         return targets
 
     # --- queries ------------------------------------------------------------------
@@ -204,6 +269,14 @@ class EvidenceState:
         frontier = (st == UNVISITED) & (related | (st[gi.node_page] == ACTIVATED))
         assert np.array_equal(frontier[np.argsort(self.rank_of)], self.frontier_ranked), "frontier drifted"
         assert self.n_unvisited_pages == int(np.sum(st[: gi.n_pages] == UNVISITED))
+        dyn = np.zeros_like(self.dyn)
+        for col, value in ((DYN_ACTIVATED, ACTIVATED), (DYN_OPENED, OPENED), (DYN_PRUNED, PRUNED)):
+            dyn[:, col] = st == value
+        dyn[:, DYN_LINK0: DYN_LINK0 + N_KINDS] = expect.reshape(-1, N_KINDS) > 0
+        seen = self.act_pos >= 0
+        dyn[seen, DYN_ACTPOS] = np.minimum(1.0, (self.act_pos[seen] + 1) / max(1, self.budget.max_working_set))
+        dyn[:, DYN_PAGEACT] = st[gi.node_page] == ACTIVATED
+        assert np.array_equal(dyn, self.dyn), "dynamic features drifted"
         c = self.counters
         assert len(self.activation_order) == c.acts_used + c.free_acts, "activation count mismatch"
         assert 0 <= c.acts_used <= self.budget.M and 0 <= c.opens_used <= self.budget.B

@@ -102,9 +102,14 @@ class EmbedConfig:
     by their text length) instead of encoding the page text again: it covers
     the whole page (the encoder would cut a page at 256 tokens) and costs
     nothing; ``"text"`` encodes the page text itself.
+
+    Measured on 64 MMLongBench-Doc dev questions (10 text-layer documents,
+    fast parser), page recall@5 of the question vector against the page
+    vectors: ``"text"`` 0.54; ``"mean"`` 0.64 with elements cut at 300
+    characters, 0.62 at 600 (which costs ~40 % more tokens on a 10-K).
     """
 
-    element_max_chars: int = 600
+    element_max_chars: int = 300
     page_max_chars: int = 1500
     page_vectors: str = "mean"  # "mean" | "text"
     dtype: str = "float32"  # "float32" | "float16" (halves cache size and load time)

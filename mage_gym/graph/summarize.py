@@ -107,16 +107,20 @@ def summarize_element(etype: str, text: str, table_markdown: str | None = None, 
 
 
 def summarize_page(titles: Sequence[str], first_paragraph: str, fallback: str = "",
-                   limit: int = MAX_CHARS) -> str:
-    """A page's titles, then the first sentence of its first paragraph.
+                   limit: int = MAX_CHARS, max_titles: int = 3) -> str:
+    """A page's titles (the first few), then the first sentence of its first paragraph.
 
-    ``fallback`` (e.g. the page's text) is used when the page has neither,
-    such as a slide that is only a chart.
+    Titles get at most ~60 % of the budget when there is a paragraph, so a
+    page with many headings still shows what its text says. ``fallback``
+    (e.g. the page's text) is used when the page has neither, such as a slide
+    that is only a chart.
     """
-    heads = " / ".join(dict.fromkeys(t for t in (clean(t) for t in titles) if t))
+    uniq = list(dict.fromkeys(t for t in (clean(t) for t in titles) if t))
+    heads = " / ".join(uniq[:max_titles])
     body = first_sentences(first_paragraph, limit) if first_paragraph else ""
     if body:
         body = _SENT_END.split(body)[0]
+        heads = truncate(heads, int(limit * 0.6)) if heads else heads
     text = " \u2014 ".join(p for p in (heads, body) if p)
     if not text:
         text = first_sentences(fallback, limit)

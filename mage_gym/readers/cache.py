@@ -65,16 +65,32 @@ def reader_identity(reader: Any) -> dict[str, Any]:
             "prompt_version": getattr(reader, "prompt_version", PROMPT_VERSION)}
 
 
-def input_key(identity: dict[str, Any], rendered: RenderedInput, *, include_images: bool = True
-              ) -> tuple[str, RenderedInput]:
+IMAGE_KEYS = ("pixels", "identity")
+
+
+def _image_identity(img: RenderedImage) -> str:
+    return f"{img.node_id}|{img.page}|{','.join(f'{v:.6f}' for v in img.bbox)}|{img.kind}|{img.width}x{img.height}"
+
+
+def input_key(identity: dict[str, Any], rendered: RenderedInput, *, include_images: bool = True,
+              image_key: str = "pixels") -> tuple[str, RenderedInput]:
     """(cache key, input with image pixels memoised) for one reader call.
 
-    Images are loaded once here to hash their bytes; the returned input
-    carries loaders that hand back those same pixels, so a cache miss does not
-    render them a second time.
+    With ``image_key="pixels"`` (the default) images are loaded once here to
+    hash their bytes; the returned input carries loaders that hand back those
+    same pixels, so a cache miss does not render them a second time. With
+    ``image_key="identity"`` an image is keyed by what the renderer asked for
+    (node id, page, box, kind, pixel size) without rendering it: a visual
+    cache hit then costs no rendering. That is exact only while a node id
+    always names the same document bytes (doc ids derived from file content);
+    use it for long runs over a fixed corpus.
     """
+    if image_key not in IMAGE_KEYS:
+        raise ValueError(f"image_key must be one of {IMAGE_KEYS}, got {image_key!r}")
     h = hashlib.sha256(json.dumps(identity, sort_keys=True, default=str).encode())
-    if include_images and rendered.images:
+    if include_images and rendered.images and image_key == "identity":
+        digests = {id(img): "id:" + _image_identity(img) for img in rendered.images}
+    elif include_images and rendered.images:
         loaded = {}
         images = []
         for img in rendered.images:
@@ -155,8 +171,11 @@ class CachedReader:
     returns ``cached=True`` and ``seconds`` = the lookup time.
     """
 
-    def __init__(self, reader: Any, path: str | Path | None = None) -> None:
+    def __init__(self, reader: Any, path: str | Path | None = None, *, image_key: str = "pixels") -> None:
+        if image_key not in IMAGE_KEYS:
+            raise ValueError(f"image_key must be one of {IMAGE_KEYS}, got {image_key!r}")
         self.reader = reader
+        self.image_key = image_key
         self.cache = ResponseCache(path)
         self.identity = reader_identity(reader)
         self.include_images = bool(getattr(reader, "uses_images", True))
@@ -184,11 +203,12 @@ class CachedReader:
         return dict(self.identity)
 
     def key(self, rendered: RenderedInput) -> str:
-        return input_key(self.identity, rendered, include_images=self.include_images)[0]
+        return input_key(self.identity, rendered, include_images=self.include_images, image_key=self.image_key)[0]
 
     def _lookup(self, rendered: RenderedInput) -> tuple[str, RenderedInput, ReaderOutput | None]:
         start = time.perf_counter()
-        key, memo = input_key(self.identity, rendered, include_images=self.include_images)
+        key, memo = input_key(self.identity, rendered, include_images=self.include_images,
+                              image_key=self.image_key)
         row = self.cache.get(key)
         with self._count_lock:
             if row is None:

@@ -428,6 +428,12 @@ def _gold(episode: "Episode | None", graph: "EvidenceGraph | None") -> tuple[lis
     return nodes, sorted(set(pages) | {int(p) for p in gold.pages if 0 <= int(p) < graph.n_pages})
 
 
+def _evidence_types(episode: "Episode") -> list[str]:
+    """The benchmark's evidence labels; the generator's region types when it gives none."""
+    labels = list(episode.evidence_sources) or [r.type for r in episode.evidence_regions if r.type != "unknown"]
+    return list(dict.fromkeys(str(x) for x in labels))
+
+
 def _doc_view(doc_key: str, doc_id: str, graph: "EvidenceGraph | None", traces: Sequence[TraceEpisode]) -> DocView:
     if graph is not None:
         sizes = [(float(p.width), float(p.height)) for p in graph.pages]
@@ -521,7 +527,7 @@ def build_report_data(traces: Iterable[TraceEpisode], episode_for: EpisodeLookup
             answer_format=episode.answer_format if episode else meta.get("answer_format"),
             answerable=episode.answerable if episode else meta.get("answerable"),
             evidence_pages=ev_pages,
-            evidence_sources=list(episode.evidence_sources) if episode else list(meta.get("evidence_sources", [])),
+            evidence_sources=_evidence_types(episode) if episode else list(meta.get("evidence_sources", [])),
             page_scope=page_scope(ev_pages),
             gold_nodes=gold_nodes, gold_pages=gold_pages, runs=views, touched_pages=sorted(touched),
         ))

@@ -19,9 +19,18 @@ from __future__ import annotations
 from mage_gym.data.io import episode_from_dict as episode_from_json
 from mage_gym.data.io import episode_to_dict as episode_to_json
 from mage_gym.data.synth.config import PRESETS, QUESTION_KINDS, SynthConfig, SynthConfigError, preset
-from mage_gym.data.synth.corpus import CorpusInfo, DocResult, generate_corpus, generate_document, load_synth, read_manifest
+from mage_gym.data.synth.corpus import (
+    CorpusInfo,
+    DocResult,
+    default_synth_root,
+    generate_corpus,
+    generate_document,
+    load_synth,
+    read_manifest,
+)
 
 __all__ = [
     "PRESETS", "QUESTION_KINDS", "SynthConfig", "SynthConfigError", "preset", "CorpusInfo", "DocResult",
-    "generate_corpus", "generate_document", "load_synth", "read_manifest", "episode_to_json", "episode_from_json",
+    "generate_corpus", "generate_document", "load_synth", "read_manifest", "default_synth_root",
+    "episode_to_json", "episode_from_json",
 ]

@@ -38,7 +38,7 @@ class Paragraph(Block):
     facts: tuple[FactKey, ...] = ()
     footnote: str | None = None  # text of the footnote referenced by FOOTNOTE_MARK
     initiative: str | None = None  # named programme introduced here (section locating)
-    role: str = "body"  # body | intro | subtitle | list_intro | table_ref
+    role: str = "body"  # body | intro | subtitle | list_intro | table_ref | figure_ref
 
 
 @dataclass

@@ -58,7 +58,8 @@ class CorpusInfo:
     n_bytes: int = 0
     kind_counts: dict[str, int] = field(default_factory=dict)
     element_counts: dict[str, int] = field(default_factory=dict)
-    seconds: float = 0.0
+    seconds: float = 0.0  # wall clock
+    cpu_seconds: float = 0.0  # this process + finished workers: comparable across machine loads
     docs: list[DocResult] = field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
@@ -67,6 +68,7 @@ class CorpusInfo:
             "n_questions": self.n_questions, "n_bytes": self.n_bytes, "mean_doc_kib": round(
                 self.n_bytes / max(1, self.n_docs) / 1024, 1), "kind_counts": self.kind_counts,
             "element_counts": self.element_counts, "seconds": round(self.seconds, 2),
+            "cpu_seconds": round(self.cpu_seconds, 2),
         }
 
 
@@ -93,7 +95,8 @@ def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cf
     doc_id = doc_id_of(seed, index)
     rng = np.random.default_rng(np.random.SeedSequence([seed, index, 0]))
     target = int(rng.integers(cfg.min_pages, cfg.max_pages + 1))
-    world = build_world(rng, n_entities=int(np.clip(8 + target // 15, 9, 30)))
+    world = build_world(rng, n_entities=int(np.clip(8 + target // 15, 9, 30)),
+                        n_years=int(np.clip(5 + target // 40, 6, 12)))
     planner = Planner(world, cfg, rng)
     writer = PageWriter(cfg, _rasters(cfg.chart_dpi))
     for group in planner.groups():
@@ -139,6 +142,14 @@ def _generate_star(args: tuple[str, int, int, SynthConfig]) -> DocResult:
     return generate_document(*args)
 
 
+def _cpu_seconds() -> float:
+    """User+system CPU time of this process and its reaped children (the pool workers)."""
+    import resource
+
+    me, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime
+
+
 def _start_method() -> str:
     """``fork`` when safe (saves re-importing numpy/PyMuPDF/matplotlib per worker), else ``spawn``.
 
@@ -173,7 +184,7 @@ def generate_corpus(out_dir: str | os.PathLike[str], n_docs: int, seed: int = 0,
     cfg = cfg or SynthConfig()
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
-    t0 = time.perf_counter()
+    t0, cpu0 = time.perf_counter(), _cpu_seconds()
     jobs = [(str(root), i, seed, cfg) for i in range(n_docs)]
     results: list[DocResult] = []
     bar = tqdm(total=n_docs, desc="synth docs", unit="doc", disable=not progress)
@@ -210,12 +221,23 @@ def generate_corpus(out_dir: str | os.PathLike[str], n_docs: int, seed: int = 0,
     return CorpusInfo(root=root, seed=seed, n_docs=n_docs, config=cfg, n_pages=manifest["totals"]["pages"],
                       n_questions=len(lines), n_bytes=sum(r.n_bytes for r in results),
                       kind_counts=dict(sorted(kinds.items())), element_counts=dict(sorted(elems.items())),
-                      seconds=time.perf_counter() - t0, docs=results)
+                      seconds=time.perf_counter() - t0, cpu_seconds=_cpu_seconds() - cpu0, docs=results)
 
 
-def load_synth(root: str | os.PathLike[str]) -> list[Episode]:
-    """Episodes of a generated corpus, with ``source`` resolved to absolute PDF paths."""
-    base = Path(root)
+def default_synth_root() -> Path:
+    """``$MAGE_GYM_SYNTH`` if set, else where ``make_synth.py preset=train`` writes by default."""
+    env = os.environ.get("MAGE_GYM_SYNTH")
+    if env:
+        return Path(env)
+    return Path(__file__).resolve().parents[3] / "data_out" / "synth" / "train_seed0"
+
+
+def load_synth(root: str | os.PathLike[str] | None = None) -> list[Episode]:
+    """Episodes of a generated corpus, with ``source`` resolved to absolute PDF paths.
+
+    ``root=None`` reads :func:`default_synth_root`.
+    """
+    base = Path(root) if root is not None else default_synth_root()
     path = base / "episodes.jsonl"
     if not path.is_file():
         raise DatasetNotFoundError(f"synthetic corpus not found: {path} (run experiments/make_synth.py)")

@@ -205,15 +205,18 @@ class Planner:
         if fact_sents and self.rng.random() < self.cfg.footnote_rate:
             j = int(self.rng.integers(len(fact_sents)))
             fact_sents[j] = fact_sents[j] + FOOTNOTE_MARK
-            self._last_footnote = (self._last_footnote + 1 + int(self.rng.integers(len(FOOTNOTES) - 1))) % len(FOOTNOTES)
+            step = 1 + int(self.rng.integers(len(FOOTNOTES) - 1))  # never the same note twice in a row
+            self._last_footnote = (self._last_footnote + step) % len(FOOTNOTES)
             footnote = FOOTNOTES[self._last_footnote].format(kind=self.w.domain.entity_kind)
         for s in fact_sents:
             sentences.insert(int(self.rng.integers(len(sentences) + 1)), s)
         if self._done_sections and self.rng.random() < 0.25:
             ref = self._pick(self._done_sections)
-            sentences.append(f"As discussed in Section {ref.number}, {theme.topic.lower()} remains a priority for {self.w.org}.")
+            sentences.append(f"As discussed in Section {ref.number}, {theme.topic.lower()} remains a priority "
+                             f"for {self.w.org}.")
         elif self._n_tables and self.rng.random() < 0.15:
-            sentences.append(f"Comparable figures for earlier periods are given in Table {int(self.rng.integers(1, self._n_tables + 1))}.")
+            t = int(self.rng.integers(1, self._n_tables + 1))
+            sentences.append(f"Comparable figures for earlier periods are given in Table {t}.")
         if lead:
             sentences.insert(0, lead)
         p = self._new(Paragraph, text=" ".join(sentences), facts=tuple(facts), footnote=footnote, role=role)
@@ -300,6 +303,7 @@ class Planner:
                                  tuple(format_number(w.value(k), m.decimals) for k in keys),
                                  unit or m.name, int(self.rng.integers(1 << 16)))
                 caption = f"{_cap(m.name)} by {kind}, {y}" + (f" ({unit})" if unit else "")
+                desc = f"{m.name} by {kind} for {y}"
             elif r < 0.8 or not m.additive:  # line: one entity over years
                 cands = [e for e in w.entities if sum(self._free(("actual", e, mk, y)) for y in w.years) >= 4]
                 if not cands:
@@ -311,6 +315,7 @@ class Planner:
                                  tuple(format_number(w.value(k), m.decimals) for k in keys),
                                  unit or m.name, int(self.rng.integers(1 << 16)))
                 caption = f"{_cap(m.name)} {w.at(e)}, {years[0]}\u2013{years[-1]}" + (f" ({unit})" if unit else "")
+                desc = f"{m.name} {w.at(e)} between {years[0]} and {years[-1]}"
             else:  # pie: shares of the largest entities
                 y = self._pick(w.years)
                 ranked = sorted(w.entities, key=lambda e: -w.value(("actual", e, mk, y)))
@@ -326,11 +331,17 @@ class Planner:
                                  tuple(f"{v:.1f}%" for v in shares) + (f"{other:.1f}%",), "",
                                  int(self.rng.integers(1 << 16)))
                 caption = f"Share of {m.name} by {kind}, {y}"
+                desc = f"the share of each {kind} in total {m.name} for {y}"
             self._n_figures += 1
             n = self._n_figures
+            group: list[Block] = []
+            if self.rng.random() < 0.5:  # a lead-in that cites the figure (never opening with "Figure N")
+                lead = f"{_cap(desc)} is shown in Figure {n}."
+                group.append(self._fact_paragraph(theme, role="figure_ref", lead=lead,
+                                                  n_facts=int(self.rng.integers(0, 2))))
             c = self._new(ChartBlock, number=n, caption=f"Figure {n}: {caption}", spec=spec, facts=keys)
             self._mark_used(keys, c.block_id)
-            return [c]
+            return group + [c]
         return None
 
     def _figure(self) -> list[Block]:

@@ -209,7 +209,8 @@ class QuestionMaker:
         else:
             q = (f"What is the difference between the {m.name} {self.w.at(a[1])} in {a[3]} and "
                  f"{self.w.at(b[1])} in {b[3]}{hint}?")
-            ans, fmt = answer_number(round(abs(va - vb), m.decimals), m.decimals), ("Int" if m.decimals == 0 else "Float")
+            ans = answer_number(round(abs(va - vb), m.decimals), m.decimals)
+            fmt = "Int" if m.decimals == 0 else "Float"
         gold_pages = {el.page for el in els}
         extra = {"facts": [list(a), list(b)], "operation": mode, "page_gap": abs(els[1].page - els[0].page),
                  "distractors": self._distractors([a, b], gold_pages)}

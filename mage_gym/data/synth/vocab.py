@@ -252,7 +252,8 @@ _RETAIL = Domain(
         Theme("Digital Growth", "Digital", ("online", "units")),
     ),
     facilities=("flagship store", "distribution centre", "head office", "fulfilment hub", "outlet park"),
-    processes=("order fulfilment", "returns handling", "store refurbishment", "supplier onboarding", "stock replenishment"),
+    processes=("order fulfilment", "returns handling", "store refurbishment", "supplier onboarding",
+               "stock replenishment"),
 )
 
 _HEALTH = Domain(
@@ -281,7 +282,8 @@ _HEALTH = Domain(
         Theme("Community Services", "Community", ("calls", "screen")),
     ),
     facilities=("community clinic", "district hospital", "mobile screening unit", "laboratory", "pharmacy hub"),
-    processes=("patient referral", "screening invitation", "case notification", "appointment booking", "vaccine cold chain"),
+    processes=("patient referral", "screening invitation", "case notification", "appointment booking",
+               "vaccine cold chain"),
 )
 
 DOMAINS: tuple[Domain, ...] = (_SUSTAINABILITY, _TRANSPORT, _RETAIL, _HEALTH)

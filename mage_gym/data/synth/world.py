@@ -106,17 +106,18 @@ class World:
         return key in self.values
 
 
-def build_world(rng: np.random.Generator, n_entities: int | None = None) -> World:
+def build_world(rng: np.random.Generator, n_entities: int | None = None, n_years: int = N_YEARS) -> World:
     """Draw a domain, an organisation, entities and every value it may state.
 
-    Longer documents need more entities so that facts stay unique (each fact
-    key is stated once) without running out of material.
+    Longer documents need more entities and years so that facts stay unique
+    (each fact key is stated once) without running out of material.
     """
     domain = DOMAINS[int(rng.integers(len(DOMAINS)))]
-    org = f"{ORG_HEADS[int(rng.integers(len(ORG_HEADS)))]} {domain.org_suffixes[int(rng.integers(len(domain.org_suffixes)))]}"
+    head = ORG_HEADS[int(rng.integers(len(ORG_HEADS)))]
+    org = f"{head} {domain.org_suffixes[int(rng.integers(len(domain.org_suffixes)))]}"
     report_kind = domain.report_kinds[int(rng.integers(len(domain.report_kinds)))]
     report_year = int(rng.integers(2014, 2025))
-    years = tuple(range(report_year - N_YEARS + 1, report_year + 1))
+    years = tuple(range(report_year - n_years + 1, report_year + 1))
     entities = tuple(make_names(rng, n_entities if n_entities else int(rng.integers(9, 13))))
     metrics = {m.key: m for m in domain.metrics}
     values: dict[FactKey, float] = {}
@@ -141,7 +142,8 @@ def build_world(rng: np.random.Generator, n_entities: int | None = None) -> Worl
                     target = actual + (10.0 ** -m.decimals)
                 values[("target", e, m.key, y)] = float(target)
                 if m.intensity_unit:
-                    values[("intensity", e, m.key, y)] = round(per_employee * actual / base * float(rng.uniform(0.95, 1.05)), 1)
+                    ratio = actual / base * float(rng.uniform(0.95, 1.05))
+                    values[("intensity", e, m.key, y)] = round(per_employee * ratio, 1)
     world = World(domain, org, report_kind, report_year, years, entities, metrics, values)
     _add_shares(world)
     return world

@@ -18,8 +18,10 @@ yields typed, paragraph-sized regions. Every rule is stated where it lives:
   top/bottom 15%; they go to ``ParsedPage.header_text/footer_text``.
 - *table*: "text grids" (:mod:`.tables`: >= 3 rows of >= 3 separated short
   cells), and clusters of only straight strokes/boxes (rules, cell shading)
-  whose text forms a grid of >= 2 rows x 2 cells. ``find_tables`` is off by
-  default (``tables=True`` enables it): on real pages it costs 0.1-0.7 s.
+  whose text forms a grid of >= 2 rows x 2 cells, else in which
+  ``find_tables`` restricted to that cluster finds a grid (multi-line cells).
+  Page-wide ``find_tables`` is off by default (``tables=True``): it costs
+  0.1-0.7 s on real pages.
 - *figure/chart*: placed images and clusters of vector drawings (>= 1% of
   the page, not a thin rule, not a text box background). A region is a
   *chart* when it holds >= 3 numeric text labels (axis ticks, values) or is a
@@ -58,8 +60,8 @@ if TYPE_CHECKING:  # pragma: no cover
     import pymupdf
 
 BULLET_RE = re.compile(
-    r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u2013\u2014\-\*\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076]"
-    r"|\(?\d{1,3}[.)](?!\d)|\(?[a-zA-Z][.)]|\((?:[ivxIVX]{1,5}|[a-zA-Z])\))(\s+|$)"
+    r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076\uf0fc\uf0a8]"
+    r"|([\u2013\u2014\-\*]|\(?\d{1,3}[.)](?!\d)|\(?[a-zA-Z][.)]|\((?:[ivxIVX]{1,5}|[a-zA-Z])\))(\s+|$))"
 )
 BULLET_ONLY_RE = re.compile(r"^\s*[\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u2013\-\*\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076]\s*$")
 CAPTION_RE = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|plate|diagram)\s*[\dIVX]+[a-z]?\s*[.:\-\u2013\u2014|]?", re.IGNORECASE)
@@ -239,12 +241,13 @@ class FastParser(Parser):
     name = "fast"
 
     def __init__(self, tables: bool = False, grid_tables: bool = True, min_table_strokes: int = 6,
-                 max_paths: int = 5000, **cfg: Any) -> None:
+                 max_paths: int = 5000, ruled_tables: bool = True, **cfg: Any) -> None:
         super().__init__(**cfg)
         self.tables = tables
         self.grid_tables = grid_tables
         self.min_table_strokes = min_table_strokes
         self.max_paths = max_paths
+        self.ruled_tables = ruled_tables
 
     # pass 1 ----------------------------------------------------------------------
 
@@ -290,16 +293,25 @@ class FastParser(Parser):
                     continue
                 if area(bb) > 0.85 * page_area:
                     continue  # page frame / background
-                members = [p for p in paths if inside_fraction(tuple(p["rect"]), bb) > 0.8]
+                members = [p for p in paths if _rect_within(tuple(p["rect"]), bb)]
                 n_straight = sum(1 for p in members if _is_straight(p) == len(p.get("items", ())) > 0)
+                inner_all = [(b, l) for b in blocks for l in b.lines if inside_fraction(l.bbox, bb) > 0.8]
+                inner = [seg for b, l in inner_all if not _prose_block(b) for seg in l.segments]
                 if members and n_straight >= 0.8 * len(members):
                     # only rules and boxes: a ruled table if the text inside forms a grid
-                    inner = [seg for b in blocks for l in b.lines if inside_fraction(l.bbox, bb) > 0.8 for seg in l.segments]
                     grids = text_grid_tables(inner, W, min_rows=2, min_cells=2)
                     if grids and sum(area(g.bbox) for g in grids) >= 0.4 * area(bb):
                         for g in grids:
                             raw.tables.append((g.bbox, g.markdown))
                         continue
+                    if inner and len(members) >= 6 and self.ruled_tables:
+                        ruled = _ruled_tables_in(page, bb)  # cells with multi-line text
+                        if ruled:
+                            raw.tables.extend(ruled)
+                            continue
+                prose = sum(1 for _, l in inner_all if len(l.text.split()) >= 7)
+                if len(members) < 6 or prose >= 2:
+                    continue  # a banner, frame or shaded box: its text stays ordinary text
                 raw.visuals.append((bb, "vector", len(members)))
 
         if self.tables and strokes >= self.min_table_strokes:
@@ -317,7 +329,10 @@ class FastParser(Parser):
             except Exception as exc:  # noqa: BLE001
                 raw.warnings.append(f"find_tables failed: {exc}")
         if self.grid_tables:
-            free = [l for b in blocks for l in b.lines if not any(inside_fraction(l.bbox, t[0]) > 0.6 for t in raw.tables)]
+            # prose blocks (>= 3 lines, most of >= 5 words) never hold table cells; leaving them
+            # out stops a text column beside a table from joining the table's rows
+            free = [l for b in blocks if not _prose_block(b) for l in b.lines
+                    if not any(inside_fraction(l.bbox, t[0]) > 0.6 for t in raw.tables)]
             for gt in text_grid_tables([seg for l in free for seg in l.segments], W):
                 # numbers inside a chart or picture form a grid too: the visual wins there
                 if any(inside_fraction(gt.bbox, v[0]) > 0.6 and (v[1] == "image" or v[2] >= 20)
@@ -465,9 +480,9 @@ def classify(r: RawPage, stats: DocStats) -> ParsedPage:
             if inside_fraction(b.bbox, bb) > 0.6:
                 owner = i
                 break
-        if owner is None:
+        if owner is None and _label_like(b, body):
             for j, v in enumerate(kept_visuals):
-                if inside_fraction(b.bbox, v[0]) > 0.6 and not CAPTION_RE.match(b.text):
+                if inside_fraction(b.bbox, v[0]) > 0.6:
                     owner = len(tables) + j
                     break
         if owner is not None:
@@ -509,6 +524,53 @@ def classify(r: RawPage, stats: DocStats) -> ParsedPage:
     page = ParsedPage(index=r.index, width=r.width, height=r.height, elements=ordered, warnings=list(r.warnings))
     move_to_margins(page, header, footer)
     return page
+
+
+def _cells_markdown(rows: list[list[Any]]) -> str:
+    """Markdown from ``Table.extract()`` (``to_markdown`` costs ~80 ms for header guessing)."""
+    clean = [["" if c is None else " ".join(str(c).split()).replace("|", "/") for c in r] for r in rows]
+    if not clean:
+        return ""
+    ncol = max(len(r) for r in clean)
+    lines = ["| " + " | ".join(r + [""] * (ncol - len(r))) + " |" for r in clean]
+    return "\n".join([lines[0], "|" + "---|" * ncol] + lines[1:])
+
+
+def _ruled_tables_in(page: "pymupdf.Page", bb: BBox) -> list[tuple[BBox, str]]:
+    """``find_tables`` restricted to one cluster of ruling lines (~50-90 ms, not per page)."""
+    try:
+        found = page.find_tables(clip=bb, use_layout=False)
+    except Exception:  # noqa: BLE001
+        return []
+    out = []
+    for t in found.tables:
+        if t.row_count >= 2 and t.col_count >= 2:
+            try:
+                md = _cells_markdown(t.extract())
+            except Exception:  # noqa: BLE001
+                md = ""
+            out.append((clip_box(tuple(t.bbox), page.rect.width, page.rect.height), md))
+    return out
+
+
+def _prose_block(b: Block) -> bool:
+    long = sum(1 for l in b.lines if len(l.text.split()) >= 5)
+    return len(b.lines) >= 3 and long > len(b.lines) / 2
+
+
+def _rect_within(r: BBox, box: BBox, tol: float = 1.0) -> bool:
+    """Containment that also works for zero-area rects (straight lines)."""
+    return r[0] >= box[0] - tol and r[1] >= box[1] - tol and r[2] <= box[2] + tol and r[3] <= box[3] + tol
+
+
+def _label_like(b: Block, body: float) -> bool:
+    """Text that belongs to a picture: short lines (<= 6 words), not a big title or a caption.
+
+    Sentences and slide titles printed over a background image stay text
+    elements; tick labels, legends and diagram labels join the visual.
+    """
+    return (all(len(l.text.split()) <= 6 for l in b.lines) and b.size < 1.3 * body
+            and not CAPTION_RE.match(b.text))
 
 
 def _box_gap(a: BBox, b: BBox) -> float:

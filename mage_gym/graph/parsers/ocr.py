@@ -41,7 +41,7 @@ _ENGINE: Any = None
 #: Seconds spent in OCR in this process and pages OCR'd (for benchmarks).
 OCR_STATS: dict[str, float] = {"pages": 0, "seconds": 0.0}
 
-_BULLET = re.compile(r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\-\u2013\u2014\*\u27a2\u25ba\u2713\u2714]|\(?\d{1,2}[.)]|\(?[a-hA-H][.)])\s+")
+_BULLET = re.compile(r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u27a2\u25ba\u2713\u2714\u00bb]|([\-\u2013\u2014\*]|\(?\d{1,2}[.)]|\(?[a-hA-H][.)])\s+)")
 _CAPTION = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|source)\s*[\dIVX]*[.:\s]", re.IGNORECASE)
 
 
@@ -97,12 +97,34 @@ def _h_overlap(a: BBox, b: BBox) -> float:
     return max(0.0, inter) / narrow
 
 
+def _is_gutter(a: OcrLine, b: OcrLine, lines: list[OcrLine]) -> bool:
+    """True when the gap between ``a`` and ``b`` continues as empty space above
+    and below (a column gutter), False when other lines cross it (word spacing)."""
+    h = max(a.height, b.height)
+    lo, hi = a.bbox[2] + 0.3 * h, b.bbox[0] - 0.3 * h  # OCR boxes wobble by a few pixels
+    if hi <= lo:
+        return False
+    y0, y1 = min(a.bbox[1], b.bbox[1]) - 4 * h, max(a.bbox[3], b.bbox[3]) + 4 * h
+    left = right = 0
+    for ln in lines:
+        if ln is a or ln is b or ln.bbox[3] < y0 or ln.bbox[1] > y1:
+            continue
+        if ln.bbox[0] < hi and ln.bbox[2] > lo:
+            return False  # a line crosses the gap: it is only word spacing
+        if ln.bbox[2] <= lo:
+            left += 1
+        elif ln.bbox[0] >= hi:
+            right += 1
+    return left >= 2 and right >= 2
+
+
 def merge_row_fragments(lines: list[OcrLine], max_gap: float = 2.0) -> list[OcrLine]:
     """Join fragments of one printed line (OCR splits justified slide text into words).
 
     Fragments merge when they share a row (vertical overlap > 50% of the
-    smaller height, heights within 1.6x) and the horizontal gap is below
-    ``max_gap`` x the line height; table cells are usually further apart.
+    smaller height, heights within 1.6x), the horizontal gap is below
+    ``max_gap`` x the line height (table cells are usually further apart), and
+    the gap is not a column gutter (empty space continuing above and below).
     """
     rest = sorted(lines, key=lambda l: (l.bbox[0], l.bbox[1]))
     out: list[OcrLine] = []
@@ -111,7 +133,8 @@ def merge_row_fragments(lines: list[OcrLine], max_gap: float = 2.0) -> list[OcrL
             h = min(ln.height, prev.height)
             ov = min(prev.bbox[3], ln.bbox[3]) - max(prev.bbox[1], ln.bbox[1])
             gap = ln.bbox[0] - prev.bbox[2]
-            if ov > 0.5 * h and max(ln.height, prev.height) <= 1.6 * max(h, 1e-6) and -1.0 * h <= gap <= max_gap * h:
+            if ov > 0.5 * h and max(ln.height, prev.height) <= 1.6 * max(h, 1e-6) and -1.0 * h <= gap <= max_gap * h \
+                    and not _is_gutter(prev, ln, lines):
                 out[i] = OcrLine(union([prev.bbox, ln.bbox]), prev.text + " " + ln.text, min(prev.score, ln.score))
                 break
         else:
@@ -119,15 +142,37 @@ def merge_row_fragments(lines: list[OcrLine], max_gap: float = 2.0) -> list[OcrL
     return out
 
 
-def _continues(block: list[OcrLine], line: OcrLine) -> float | None:
-    """Vertical gap if ``line`` continues ``block`` as its next line (else None)."""
+def typical_line_gap(lines: list[OcrLine]) -> float:
+    """Median vertical gap from each line to the next line below it in the same column.
+
+    Leading differs a lot between documents (tight reports, airy slides), so
+    the paragraph break threshold is relative to the page's own line spacing.
+    """
+    gaps: list[float] = []
+    srt = sorted(lines, key=lambda l: l.bbox[1])
+    for i, a in enumerate(srt):
+        for b in srt[i + 1 : i + 40]:
+            if b.bbox[1] >= a.bbox[3] - 0.3 * a.height and _h_overlap(a.bbox, b.bbox) >= 0.5:
+                gaps.append(max(0.0, b.bbox[1] - a.bbox[3]))
+                break
+    return statistics.median(gaps) if gaps else 0.0
+
+
+def _continues(block: list[OcrLine], line: OcrLine, line_gap: float | None = None) -> float | None:
+    """Vertical gap if ``line`` continues ``block`` as its next line (else None).
+
+    The gap must stay below ``max(2.5 x typical gap, 0.3 x line height)``,
+    capped at 0.9 line heights: a paragraph break is a visibly larger gap.
+    """
     last = block[-1]
     h_ref = statistics.median(l.height for l in block)
     if not (0.65 <= line.height / max(h_ref, 1e-6) <= 1.5):
         return None
     bottom = max(l.bbox[3] for l in block)
     gap = line.bbox[1] - bottom
-    if gap > 0.9 * max(h_ref, line.height) or gap < -0.4 * h_ref:
+    h = max(h_ref, line.height)
+    limit = 0.9 * h if line_gap is None else min(0.9 * h, max(2.5 * line_gap, 0.3 * h))
+    if gap > limit or gap < -0.4 * h_ref:
         return None
     left = min(l.bbox[0] for l in block)
     aligned_left = abs(line.bbox[0] - left) <= 1.5 * h_ref
@@ -144,8 +189,8 @@ def group_lines(lines: list[OcrLine], width: float, height: float) -> tuple[list
     Returns (elements, header parts, footer parts). Steps: join row
     fragments; short lines wholly in the top/bottom margin band -> header/
     footer; text-grid tables (:mod:`.tables`) -> table elements; remaining lines
-    stack into blocks (next line below within 0.9 line heights, similar height,
-    overlapping or left-aligned). A block of <= 3 lines whose median line height
+    stack into blocks (next line below within the paragraph-break gap of
+    :func:`_continues`, similar height, overlapping or left-aligned). A block of <= 3 lines whose median line height
     is >= 1.3x the page's median is a title (level 1 from 1.8x, else 2).
     """
     from mage_gym.graph.parsers.tables import text_grid_tables
@@ -172,12 +217,13 @@ def group_lines(lines: list[OcrLine], width: float, height: float) -> tuple[list
         text = " ".join(body[j].text for j in sorted(gt.members, key=lambda j: (body[j].bbox[1], body[j].bbox[0])))
         elements.append(ParsedElement("table", clip_box(gt.bbox, width, height), text, table_markdown=gt.markdown, ocr=True))
     blocks: list[list[OcrLine]] = []
+    line_gap = typical_line_gap([l for j, l in enumerate(body) if j not in taken])
     for j, ln in enumerate(body):
         if j in taken:
             continue
         best, best_gap = None, None
         for blk in blocks[-12:]:  # only recent blocks can be directly above
-            gap = _continues(blk, ln)
+            gap = _continues(blk, ln, line_gap)
             if gap is not None and (best_gap is None or gap < best_gap):
                 best, best_gap = blk, gap
         if best is None:

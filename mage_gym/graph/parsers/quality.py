@@ -42,7 +42,8 @@ class GoldBox:
     page: int  # 0-based
     bbox: BBox  # in points of ``page_size``
     page_size: tuple[float, float]
-    category: str
+    category: str  # the single type, or "mixed" / "none"
+    types: tuple[str, ...] = ()  # every type cited by a question using this box
 
     def rescaled(self, width: float, height: float) -> BBox:
         """The box in a page of ``width`` x ``height`` units."""
@@ -87,7 +88,9 @@ def load_gold_boxes(path: str | Path) -> dict[str, list[GoldBox]]:
             doc = rec["doc_name"]
             seen = per_doc.setdefault(doc, {})
             for q in rec.get("questions", ()):
-                cat = evidence_category(_parse_types(q.get("type")))
+                raw_types = _parse_types(q.get("type"))
+                cat = evidence_category(raw_types)
+                short = tuple(sorted({EVIDENCE_TYPES.get(t.strip(), "other") for t in raw_types if t.strip()}))
                 for m in q.get("layout_mapping", ()) or ():
                     try:
                         bbox = tuple(float(v) for v in m["bbox"])
@@ -103,7 +106,8 @@ def load_gold_boxes(path: str | Path) -> dict[str, list[GoldBox]]:
                         cat_final = "mixed"
                     else:
                         cat_final = cat
-                    seen[key] = GoldBox(doc, page, bbox, size, cat_final)  # type: ignore[arg-type]
+                    types = tuple(sorted(set(short) | set(old.types if old else ())))
+                    seen[key] = GoldBox(doc, page, bbox, size, cat_final, types)  # type: ignore[arg-type]
     return {doc: list(boxes.values()) for doc, boxes in per_doc.items()}
 
 

@@ -55,14 +55,22 @@
   }
 
   // --- episode header --------------------------------------------------------------------------
+  function facts(pairs, cls) {
+    var d = el("div", { class: "facts" + (cls ? " " + cls : "") });
+    pairs.forEach(function (p) {
+      if (p === null) return;
+      d.appendChild(el("span", { class: "fact" }, [el("span", { class: "k", text: p[0] }), p[1] instanceof Node ? p[1] : fmt(p[1])]));
+    });
+    return d;
+  }
   var head = el("div", { class: "card" });
   head.appendChild(el("div", { class: "question", text: meta.question }));
-  head.appendChild(kv([
-    ["gold answer", meta.gold_answer], ["answer format", meta.answer_format],
+  head.appendChild(facts([
+    ["gold answer", el("b", { text: fmt(meta.gold_answer) })], ["format", meta.answer_format],
     ["evidence", (meta.evidence_sources || []).join(", ") || "–"],
-    ["evidence pages", (meta.evidence_pages || []).length ? meta.evidence_pages.map(function (p) { return "p" + p; }).join(", ") + " (" + meta.page_scope + "-page)" : "none"],
+    ["evidence pages", (meta.evidence_pages || []).length ? meta.evidence_pages.map(function (p) { return "p" + p; }).join(", ") + " (" + meta.page_scope + ")" : "none"],
     ["gold nodes", (meta.gold_nodes || []).map(shortId).join(", ") || "–"],
-    ["document", doc.doc_id + " · " + doc.n_pages + " pages" + (doc.has_pixels ? "" : " · no page images (synthetic/toy document)")],
+    ["document", doc.doc_id + " · " + doc.n_pages + " pages" + (doc.has_pixels ? "" : " · no page images (synthetic)")],
     ["benchmark", meta.benchmark]
   ]));
   app.appendChild(head);
@@ -116,33 +124,32 @@
     pane.appendChild(el("h2", {}, [pol + "  ", badge(run.correct, "correct", "wrong"), " ", badge(run.covered, "covered", "missed"),
       " ", el("span", { class: "badge", text: "stop: " + fmt(run.stop_reason) })]));
     var c = run.components || {}, m = run.metrics || {};
-    var info = el("div", { class: "work" });
-    var left = kv([
-      ["predicted answer", run.answer === null || run.answer === undefined ? "(oracle reader: no answer text)" : run.answer],
-      ["gold answer", meta.gold_answer],
-      ["reward", c.reward], ["support", c.support], ["noise (λ " + fmt(c.lambda_noise, 2) + ")", c.noise],
-      ["cost (λ " + fmt(c.lambda_cost, 2) + ")", c.cost],
-      ["cost parts", "tokens " + fmt(c.cost_tokens) + " · ops " + fmt(c.cost_operations) + " · calls " + fmt(c.cost_calls)],
+    var noAnswer = run.answer === null || run.answer === undefined;
+    pane.appendChild(facts([
+      ["predicted", noAnswer ? el("span", { class: "muted", text: "(oracle reader: no answer text)" }) : el("b", { text: run.answer })],
+      ["gold", meta.gold_answer]
+    ], "answer"));
+    pane.appendChild(facts([
+      ["reward", el("b", { text: fmt(c.reward) })],
+      ["= support", c.support], ["− λ" + fmt(c.lambda_noise, 2) + " × noise", c.noise], ["− λ" + fmt(c.lambda_cost, 2) + " × cost", c.cost],
+      ["cost = tokens", fmt(c.cost_tokens) + " · ops " + fmt(c.cost_operations) + " · calls " + fmt(c.cost_calls)],
       ["gold coverage", c.gold_coverage]
-    ]);
-    var right = kv([
-      ["steps · operations", fmt(m.steps) + " · " + fmt(m.operations)],
-      ["activations · opens · searches", fmt(m.activations) + " · " + fmt(m.opens) + " · " + fmt(m.searches)],
-      ["invalid actions", m.invalid_actions], ["rounds · evaluator calls", fmt(m.rounds) + " · " + fmt(m.evaluator_calls)],
-      ["evidence page recall", m.evidence_page_recall], ["element recall · precision", fmt(m.element_recall) + " · " + fmt(m.element_precision)],
-      ["rendered", fmt(m.pages_rendered) + " pages · " + fmt(m.elements_rendered) + " elements · " + fmt(m.images_rendered) + " images · " + fmt(m.tokens_rendered) + " tokens"],
+    ], "components"));
+    pane.appendChild(facts([
+      ["steps", m.steps], ["operations", m.operations], ["activations", m.activations], ["opens", m.opens], ["searches", m.searches],
+      ["invalid", m.invalid_actions], ["rounds", m.rounds], ["evaluator calls", m.evaluator_calls],
+      ["page recall", m.evidence_page_recall], ["element recall", m.element_recall], ["element precision", m.element_precision],
+      ["rendered", fmt(m.pages_rendered) + " pages, " + fmt(m.elements_rendered) + " elements, " + fmt(m.images_rendered) + " images, " + fmt(m.tokens_rendered) + " tokens"],
       ["budget", run.budget ? Object.keys(run.budget).map(function (k) { return k + "=" + run.budget[k]; }).join(" ") : "–"],
-      ["retriever · render mode", fmt(run.retriever) + " · " + fmt(run.render_mode)]
-    ]);
-    info.appendChild(left); info.appendChild(right);
-    pane.appendChild(info);
+      ["retriever", run.retriever], ["render", run.render_mode]
+    ], "metrics"));
     if (!run.complete) pane.appendChild(el("div", { class: "warn", text: "This trace has no end record (the run stopped early); states are replayed from its steps." }));
     if ((run.replay_mismatch || []).length) pane.appendChild(el("div", { class: "warn replay-mismatch",
       text: "Replayed final states differ from the recorded ones on " + run.replay_mismatch.length + " nodes: " + run.replay_mismatch.slice(0, 6).join(", ") }));
     pane.appendChild(el("div", { class: "legend" }, [el("span", { class: "l-activated", text: "activated" }), el("span", { class: "l-opened", text: "opened" }),
       el("span", { class: "l-pruned", text: "pruned" }), el("span", { class: "l-unvisited", text: "unvisited" }),
       el("span", { class: "l-gold", text: "gold evidence" }), el("span", { class: "l-changed", text: "changed by the selected step" }),
-      el("span", { class: "muted", text: "pages are 0-based, as in node ids; click a step to see the state after it, a page to zoom; ← → keys step" })]));
+      el("span", { class: "hint muted", text: "pages 0-based as in node ids · click a step for the state after it · click a page to zoom · ← → step" })]));
 
     // timeline
     var work = el("div", { class: "work" });

@@ -28,8 +28,18 @@ from typing import Any, Iterable, Mapping, Sequence
 import numpy as np
 
 log = logging.getLogger("experiments")
-for _noisy in ("bm25s", "httpx", "urllib3", "matplotlib", "PIL"):  # index-building chatter at DEBUG/INFO
-    logging.getLogger(_noisy).setLevel(logging.WARNING)
+
+def quiet_libraries() -> None:
+    """bm25s sets its own logger to DEBUG when imported (one line per index build): import it, then raise it."""
+    try:
+        import bm25s  # noqa: F401
+    except ImportError:  # pragma: no cover
+        pass
+    for name in ("bm25s", "httpx", "urllib3", "matplotlib", "PIL"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+quiet_libraries()
 REPO = Path(__file__).resolve().parents[1]
 if str(REPO) not in sys.path:  # `python experiments/x.py` puts only experiments/ on the path
     sys.path.insert(0, str(REPO))
@@ -241,6 +251,7 @@ def breakdown(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode])
             groups[f"type:{t}"].append(r)
         groups["multi_page" if ep.multi_page else "single_page"].append(r)
     return {g: {"episodes": len(rs),
+                "support": mean_or_none([r.components.get("support") for r in rs]),
                 "evidence_page_recall": mean_or_none([r.metrics.get("evidence_page_recall") for r in rs]),
                 "evidence_all_covered": mean_or_none([r.metrics.get("evidence_all_covered") for r in rs]),
                 "element_recall": mean_or_none([r.metrics.get("element_recall") for r in rs]),

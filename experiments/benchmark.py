@@ -154,6 +154,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
 # --- plots -----------------------------------------------------------------------------------------
 
 def _budget_axis(budgets: list[dict[str, int]]) -> tuple[list[Any], str]:
+    """x values and label: the one budget key that varies, else the budget's position."""
     varying = [k for k in C.BUDGET_KEYS if len({b[k] for b in budgets}) > 1]
     if len(varying) == 1:
         return [b[varying[0]] for b in budgets], f"budget {varying[0]}"
@@ -171,9 +172,10 @@ def save_plots(runs: Sequence[Mapping[str, Any]], breakdowns: Mapping[str, Any],
     policies = list(dict.fromkeys(r["policy"] for r in runs))
     budgets = [dict(t) for t in dict.fromkeys(tuple(sorted(r["budget"].items())) for r in runs)]
     xs, xlabel = _budget_axis(budgets)
-    fig, axes = plt.subplots(1, 3, figsize=(14, 4))
-    for ax, metric, title in zip(axes, ("evidence_page_recall", "element_recall", "reward"),
-                                 ("evidence page recall", "element recall", "reward")):
+    fig, axes = plt.subplots(1, 4, figsize=(18, 4))
+    for ax, metric, title in zip(axes, ("evidence_page_recall", "support", "element_recall", "reward"),
+                                 ("evidence page recall", "support (gold coverage with the oracle)",
+                                  "element recall", "reward")):
         for p in policies:
             ys = []
             for b in budgets:
@@ -182,31 +184,39 @@ def save_plots(runs: Sequence[Mapping[str, Any]], breakdowns: Mapping[str, Any],
             pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
             if pts:
                 ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
-        ax.set_title(title)
-        ax.set_xlabel(xlabel if len(xlabel) < 60 else "budget index")
+        ax.set_title(title, fontsize=10)
+        ax.set_xticks(xs)
+        if len(xs) == 1 or not isinstance(xs[0], (int, float)) or xlabel.startswith("budget ("):
+            ax.set_xticklabels([C.budget_label(b) for b in budgets], fontsize=7, rotation=15)
+            ax.set_xlabel("budget")
+        else:
+            ax.set_xlabel(xlabel)
         ax.grid(alpha=0.3)
     axes[0].legend(fontsize=8)
     fig.tight_layout()
     paths.append(_save(fig, out / "budget_curve.png"))
 
     last = C.budget_label(budgets[-1])
-    for fname, prefix, title in (("by_evidence_type.png", "type:", "evidence page recall by evidence type"),
-                                 ("single_vs_multi_page.png", "", "evidence page recall: single vs multi-page")):
+    for fname, by_type, title in (("by_evidence_type.png", True, "by evidence type"),
+                                  ("single_vs_multi_page.png", False, "single- vs multi-page questions")):
         groups = sorted({g for p in policies for g in breakdowns.get(f"{p} | {last}", {})
-                         if (g.startswith("type:") if prefix else g in ("single_page", "multi_page"))})
-        fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(groups) * max(1, len(policies)) / 2), 4))
+                         if (g.startswith("type:") if by_type else g in ("single_page", "multi_page"))})
+        fig, axes = plt.subplots(1, 2, figsize=(max(10, 2.4 * len(groups) * max(1, len(policies)) / 3), 4))
         width = 0.8 / max(1, len(policies))
-        for i, p in enumerate(policies):
-            bd = breakdowns.get(f"{p} | {last}", {})
-            vals = [(bd.get(g) or {}).get("evidence_page_recall") for g in groups]
-            ax.bar([j + i * width for j in range(len(groups))], [v if v is not None else 0.0 for v in vals],
-                   width=width, label=p)
-        ax.set_xticks([j + width * (len(policies) - 1) / 2 for j in range(len(groups))])
-        ax.set_xticklabels([f"{g.removeprefix('type:')}\n(n={_n(breakdowns, policies, last, g)})" for g in groups])
-        ax.set_ylim(0, 1.05)
-        ax.set_title(f"{title} [{last}]")
-        ax.legend(fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
+        for ax, metric, label in zip(axes, ("evidence_page_recall", "support"),
+                                     ("evidence page recall", "support (gold coverage)")):
+            for i, p in enumerate(policies):
+                bd = breakdowns.get(f"{p} | {last}", {})
+                vals = [(bd.get(g) or {}).get(metric) for g in groups]
+                ax.bar([j + i * width for j in range(len(groups))], [v if v is not None else 0.0 for v in vals],
+                       width=width, label=p)
+            ax.set_xticks([j + width * (len(policies) - 1) / 2 for j in range(len(groups))])
+            ax.set_xticklabels([f"{g.removeprefix('type:')}\n(n={_n(breakdowns, policies, last, g)})"
+                                for g in groups])
+            ax.set_ylim(0, 1.05)
+            ax.set_title(f"{label} {title} [{last}]", fontsize=10)
+            ax.grid(axis="y", alpha=0.3)
+        axes[0].legend(fontsize=8)
         fig.tight_layout()
         paths.append(_save(fig, out / fname))
     return paths

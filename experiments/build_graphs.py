@@ -83,7 +83,7 @@ def build_one(path: str, cfg: dict[str, Any]) -> dict[str, Any]:
 
     t0 = time.perf_counter()
     try:
-        g = build_graph(path, workers=1, cache=cfg["cache"], **_build_kwargs(cfg))
+        g = build_graph(path, workers=1, cache=cfg["cache"], progress=False, **_build_kwargs(cfg))
         return _record(Path(path), g, time.perf_counter() - t0, cached=bool(g.meta.get("cache_hit")))
     except DocumentError as exc:
         return _record(Path(path), seconds=time.perf_counter() - t0, error=exc)

@@ -4,7 +4,7 @@ Run (from the repo root):
 
     .venv/bin/python experiments/parser_quality.py parser=layout
     .venv/bin/python experiments/parser_quality.py parser=fast limit_docs=5
-    .venv/bin/python experiments/parser_quality.py parser=layout 'parser_cfg={image_ocr: rapidocr}'
+    .venv/bin/python experiments/parser_quality.py parser=layout +parser_cfg.image_ocr=layout
 
 For every MMLongBench-Doc dev PDF with MMDocIR region boxes, parses only the
 pages that carry gold boxes (pages without a text layer go through OCR, as in

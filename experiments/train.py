@@ -5,6 +5,8 @@ Run (from the repo root):
     .venv/bin/python experiments/train.py dataset=synth dataset.root=data/synth/train train.total_timesteps=50000
     .venv/bin/python experiments/train.py dataset=mmlongbench seed=1 logger=none
     .venv/bin/python experiments/train.py -m seed=0,1,2          # three seeds (Hydra multirun)
+    .venv/bin/python experiments/train.py dataset=synth dataset.root=... 'train.mix=[mmlongbench,financebench]'
+
 
 Readable top to bottom (CleanRL style): episodes of the train split (only
 those usable for training: answerable ones need gold on the page), graphs from
@@ -114,11 +116,16 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
     parser = env_cfg.get("parser", "layout")
     workers = int(cfg.get("graph_workers", 1))
 
-    train_eps = train_episodes if train_episodes is not None else C.prepare_graphs(
-        C.load_episodes(ds, split=tc["split"], usable_only=True), parser, workers, env_cfg.get("graph_kwargs"))
-    val_eps = val_episodes if val_episodes is not None else C.prepare_graphs(
-        C.load_episodes(ds, split=tc["eval_split"], limit=tc.get("eval_episodes")), parser, workers,
-        env_cfg.get("graph_kwargs"))
+    sources = [ds] + [{"name": m, "root": None, "seed": ds.get("seed", 0)} if isinstance(m, str) else dict(m)
+                      for m in (tc.get("mix") or [])]  # other datasets trained on together (same splits)
+    if train_episodes is None:
+        train_episodes = [e for d in sources for e in C.load_episodes(d, split=tc["split"], limit=None,
+                                                                       usable_only=True)]
+    if val_episodes is None:
+        val_episodes = [e for d in sources for e in C.load_episodes(d, split=tc["eval_split"],
+                                                                     limit=tc.get("eval_episodes"))]
+    train_eps = C.prepare_graphs(train_episodes, parser, workers, env_cfg.get("graph_kwargs"))
+    val_eps = C.prepare_graphs(val_episodes, parser, workers, env_cfg.get("graph_kwargs"))
     if not train_eps:
         raise ValueError(f"no training episodes in {ds['name']} split {tc['split']!r}")
     n_docs = len({C.episode_of(e).source for e in train_eps})
@@ -127,8 +134,13 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
 
     info_keys = ("evidence_page_recall", "element_recall", "tokens_rendered")
 
+    # Potential-based shaping (phi = gold coverage of the state) densifies the training signal without changing
+    # the optimal policy; evaluation envs keep the plain terminal reward.
+    train_cfg = {**cfg, "env": {**env_cfg, "reward": {**dict(env_cfg.get("reward") or {}),
+                                                      "shaping": bool(tc.get("shaping", False))}}}
+
     def make_one() -> Any:
-        env = C.make_env(train_eps, cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
+        env = C.make_env(train_eps, train_cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
         return Monitor(env, info_keywords=info_keys)
 
     vec = DummyVecEnv([make_one for _ in range(int(tc.get("n_envs", 1)))])

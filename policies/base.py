@@ -12,7 +12,8 @@ Two levels of decision exist because the environment has two interfaces:
   (``0`` = Stop, then ``1 + op_block * K + slot``) for ``env.step``;
 - ``level = "round"``: :meth:`Policy.act` returns a
   :class:`~mage_gym.env.RoundDecision` for ``env.submit_round`` (the LLM
-  evaluator's granularity: one decision per round).
+  evaluator's granularity: one decision per round), or the flat action ``0``
+  to stop without a round (so no evaluator call is counted).
 """
 from __future__ import annotations
 

@@ -173,7 +173,7 @@ class LLMEvaluatorPolicy(BasePolicy):
         self._rounds = 0
         self.last_raw = None
 
-    def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> RoundDecision:
+    def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> RoundDecision | int:
         if text_view is None:
             raise ValueError("llm_evaluator needs the text view (policy.uses_text_view is True)")
         budget = self.env_info.budget if self.env_info else None
@@ -181,7 +181,7 @@ class LLMEvaluatorPolicy(BasePolicy):
         limit = self.max_rounds or (budget.T if budget else None)
         if limit is not None and self._rounds >= limit:
             self.last_raw = None
-            return RoundDecision(stop=True)
+            return 0  # a plain Stop step: no evaluator call happens, so none is counted
         self._rounds += 1
         prompt = build_evaluator_prompt(text_view, m, self.prompt_cfg)
         try:

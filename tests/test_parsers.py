@@ -338,3 +338,16 @@ def test_real_longdocurl_png_is_ocred(data_root: Path, name: str, folder: str, p
     assert words > 40 and len(page.elements) < words / 3, "lines are grouped into blocks"
     for e in page.elements:
         assert 0 <= e.bbox[0] <= e.bbox[2] <= w and 0 <= e.bbox[1] <= e.bbox[3] <= h
+
+
+def test_merge_list_items_merges_short_runs_only() -> None:
+    from mage_gym.graph.parsers.geometry import merge_list_items
+    from mage_gym.graph.schema import ParsedElement
+
+    short = [ParsedElement("list", (50, 100 + 14 * k, 300, 111 + 14 * k), f"\u2022 item {k}") for k in range(3)]
+    long = [ParsedElement("list", (50, 200 + 40 * k, 500, 236 + 40 * k), "ref line one\nref line two\nref line three")
+            for k in range(3)]
+    para = ParsedElement("paragraph", (50, 340, 500, 380), "A paragraph.")
+    out = merge_list_items(short + [para] + long)
+    assert [e.type for e in out] == ["list", "paragraph", "list", "list", "list"]
+    assert out[0].text == "\u2022 item 0\n\u2022 item 1\n\u2022 item 2" and out[0].bbox == (50, 100, 300, 139)

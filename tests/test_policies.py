@@ -99,6 +99,7 @@ def test_llm_max_rounds_stops_early(pairs) -> None:
     policy = get_policy("llm_evaluator", backend=scripted_llm(), cache=False, max_rounds=1)
     r = run_episode(make_env(pairs), policy, pairs[1].episode.episode_id, seed=0)
     assert policy.stats["calls"] == 1 and r.metrics["stop_reason"] == "stop"
+    assert r.metrics["evaluator_calls"] == 1  # the stop after the last round is not an evaluator call
 
 
 def test_topk_page_stops_on_entry_pages_and_renders_pages(pairs) -> None:

@@ -60,6 +60,18 @@ def test_round_trip_exact(tmp_path, graph):
     assert loaded.elements[0].area == graph.elements[0].area and hash(loaded.pages[0]) == hash(graph.pages[0])
 
 
+def test_round_trip_custom_page_text(tmp_path, graph):
+    """Page text is stored only where it differs from the joined element text; both kinds survive."""
+    import dataclasses
+
+    graph.pages[1] = dataclasses.replace(graph.pages[1], text="a page text written by hand")
+    graph.pages[2] = dataclasses.replace(graph.pages[2], text="")
+    store.save_graph(graph, KEY, tmp_path)
+    rec = json.loads((tmp_path / KEY / store.RECORDS).read_text())
+    assert rec["pages"]["text"][0] is None  # derived from the elements, not stored twice
+    assert_graphs_equal(graph, store.load_cached(KEY, tmp_path))
+
+
 def test_round_trip_toy_graph_float16(tmp_path):
     g = make_toy_graph()
     g.page_vectors = g.page_vectors.astype(np.float16)

@@ -114,6 +114,28 @@ def _columns(records: list, names: tuple[str, ...]) -> dict[str, list]:
     return cols
 
 
+def _joined_element_text(elements: list, n_pages: int) -> list[str]:
+    """Each page's element texts joined as the builder does (text, else table markdown)."""
+    parts: list[list[str]] = [[] for _ in range(n_pages)]
+    for e in elements:
+        t = (e.text or "").strip() or (e.table_markdown or "").strip()
+        if t and 0 <= e.page < n_pages:
+            parts[e.page].append(t)
+    return ["\n".join(p) for p in parts]
+
+
+def _page_columns(graph: EvidenceGraph) -> dict[str, list]:
+    """Page columns, with ``text`` stored as None where it equals the joined element text.
+
+    Page text is usually exactly its elements' text, so storing it again
+    would double the records file (and its parse time at every load).
+    """
+    cols = _columns(graph.pages, _PAGE_FIELDS)
+    joined = _joined_element_text(graph.elements, graph.n_pages)
+    cols["text"] = [None if t == j else t for t, j in zip(cols["text"], joined)]
+    return cols
+
+
 def _npy_bytes(arr: np.ndarray) -> bytes:
     buf = io.BytesIO()
     np.save(buf, np.ascontiguousarray(arr), allow_pickle=False)
@@ -154,7 +176,7 @@ def save_graph(graph: EvidenceGraph, key: str, cache_dir: str | Path | None = No
             "doc_id": graph.doc_id,
             "source": {"kind": graph.source.kind, "path": graph.source.path,
                        "page_files": list(graph.source.page_files)},
-            "pages": _columns(graph.pages, _PAGE_FIELDS),
+            "pages": _page_columns(graph),
             "elements": _columns(graph.elements, _ELEMENT_FIELDS),
             "edge_label_vocab": vocab,
             "meta": graph.meta,
@@ -270,8 +292,12 @@ def _load_entry(path: Path, key: str) -> EvidenceGraph:
         rec = json.loads(_read_verified(path / RECORDS, files[RECORDS]))
     except ValueError as err:
         raise CacheEntryError(f"unreadable records: {err}") from err
-    pages = _build_records(Page, rec["pages"], _PAGE_FIELDS, ())
     elements = _build_records(Element, rec["elements"], _ELEMENT_FIELDS, ("bbox", "section_path"))
+    page_cols = rec["pages"]
+    if any(t is None for t in page_cols.get("text", ())):
+        joined = _joined_element_text(elements, len(page_cols["text"]))
+        page_cols["text"] = [j if t is None else t for t, j in zip(page_cols["text"], joined)]
+    pages = _build_records(Page, page_cols, _PAGE_FIELDS, ())
     n_edges = arrays["edge_src"].shape[0]
     if any(arrays[a].shape[0] != n_edges for a in ("edge_dst", "edge_kind", "edge_weight", "edge_label")):
         raise CacheEntryError("edge arrays differ in length")

@@ -9,7 +9,8 @@ yields typed, paragraph-sized regions. Every rule is stated where it lives:
   >= 1.15x the body size, or bold at body size and <= 15 words. Levels rank the
   distinct heading sizes (largest = 1); bold body-size headings come last.
 - *list*: a block whose first line starts with a bullet glyph or an
-  enumerator (``1.``, ``a)``, ``(iv)``); consecutive list blocks merge.
+  enumerator (``1.``, ``a)``, ``(iv)``); runs of short items merge into one
+  list (:func:`~mage_gym.graph.parsers.geometry.merge_list_items`).
 - *caption*: starts with Figure/Fig./Table/Chart/Exhibit + a number.
 - *footnote*: in the lower 30% of the page, <= 0.85x body size.
 - *header/footer*: blocks of <= 2 lines and <= 8 words (or a page number)
@@ -48,6 +49,7 @@ from mage_gym.graph.parsers.geometry import (
     intersection,
     is_page_number,
     looks_like_chart,
+    merge_list_items,
     move_to_margins,
     normalise_repeat_key,
     repeated_margin_keys,
@@ -520,7 +522,7 @@ def classify(r: RawPage, stats: DocStats) -> ParsedPage:
     elements = [ParsedElement(e.type, clip_box(e.bbox, r.width, r.height), e.text, e.table_markdown, e.heading_level, e.ocr)
                 for e in elements]
     ordered = xy_cut_order(elements, lambda e: e.bbox, min_gap_x=max(6.0, 0.012 * r.width), min_gap_y=2.0)
-    ordered = merge_lists(ordered)
+    ordered = merge_list_items(ordered)
     page = ParsedPage(index=r.index, width=r.width, height=r.height, elements=ordered, warnings=list(r.warnings))
     move_to_margins(page, header, footer)
     return page
@@ -586,8 +588,8 @@ def _grow_visuals_over_labels(visuals: list[list[Any]], blocks: list[Block], bod
 
     Axis ticks, legends and category names of a chart usually sit outside
     the cluster of vector paths (or the raster image); they belong to the
-    chart, both for its text and for its box. A label is a block of <= 2 lines
-    and <= 6 words, not a caption, within 2.5x the body font size of the region.
+    chart, both for its text and for its box. A label is a block of <= 12 words
+    with <= 5 words per line, not a caption, within 2.5x the body font size.
     """
     pad = 2.5 * body
     for v in visuals:
@@ -606,17 +608,3 @@ def _grow_visuals_over_labels(visuals: list[list[Any]], blocks: list[Block], bod
                 break
 
 
-def merge_lists(elements: list[ParsedElement]) -> list[ParsedElement]:
-    """Consecutive list items (in reading order, stacked vertically) become one list."""
-    out: list[ParsedElement] = []
-    for e in elements:
-        if out and e.type == "list" and out[-1].type == "list":
-            p = out[-1]
-            h_ov = min(p.bbox[2], e.bbox[2]) - max(p.bbox[0], e.bbox[0])
-            v_gap = e.bbox[1] - p.bbox[3]
-            line_h = 30.0
-            if h_ov > 0 and -5 <= v_gap <= line_h:
-                out[-1] = ParsedElement("list", union([p.bbox, e.bbox]), p.text + "\n" + e.text, ocr=p.ocr and e.ocr)
-                continue
-        out.append(e)
-    return out

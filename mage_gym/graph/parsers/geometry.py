@@ -192,3 +192,35 @@ def join_lines(texts: Sequence[str], sep: str = " ") -> str:
         out.append(pending + t)
         pending = ""
     return sep.join(out)
+
+
+def merge_list_items(elements: list, max_item_lines: int = 2, max_items: int = 15) -> list:
+    """Merge runs of consecutive short list items (in reading order) into one list.
+
+    Why only short items: a bullet list of one-liners is one unit of evidence,
+    but long items (references, multi-sentence bullets) are paragraph-sized
+    regions already, and merging them would make page-long "lists". Items
+    merge when each has <= ``max_item_lines`` lines (``\\n``-separated), they
+    overlap horizontally and the vertical gap is <= 2.5 line heights; a run
+    stops at ``max_items``.
+    """
+    from mage_gym.graph.schema import ParsedElement
+
+    out: list = []
+    run_items = 0
+    for e in elements:
+        n_lines = e.text.count("\n") + 1
+        prev = out[-1] if out else None
+        if (prev is not None and e.type == "list" and prev.type == "list" and n_lines <= max_item_lines
+                and run_items > 0 and run_items < max_items):
+            line_h = max(4.0, min((prev.bbox[3] - prev.bbox[1]) / (prev.text.count("\n") + 1),
+                                  (e.bbox[3] - e.bbox[1]) / n_lines))
+            h_ov = min(prev.bbox[2], e.bbox[2]) - max(prev.bbox[0], e.bbox[0])
+            if h_ov > 0 and -line_h <= e.bbox[1] - prev.bbox[3] <= 2.5 * line_h:
+                out[-1] = ParsedElement("list", union([prev.bbox, e.bbox]), prev.text + "\n" + e.text,
+                                        ocr=prev.ocr and e.ocr)
+                run_items += 1
+                continue
+        out.append(e)
+        run_items = 1 if (e.type == "list" and n_lines <= max_item_lines) else 0
+    return out

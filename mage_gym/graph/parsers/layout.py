@@ -8,7 +8,7 @@ them with a reading order; ~0.2-0.5 s a page on this CPU.
 Mapping to :data:`~mage_gym.graph.schema.ELEMENT_TYPES`:
 ``title``/``section-header`` -> title (``header_level`` from the model's font
 size ranking; a ``title`` box is level 1), ``text`` -> paragraph,
-consecutive ``list-item`` boxes -> one list, ``table`` -> table (markdown from
+runs of short ``list-item`` boxes -> one list (long items stay separate), ``table`` -> table (markdown from
 the model's table grid, else from ``find_tables(use_layout=False)`` on the
 same area), ``picture`` -> chart or figure (rule in
 :func:`~mage_gym.graph.parsers.geometry.looks_like_chart`: numeric labels and
@@ -31,7 +31,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from mage_gym.graph.parsers.base import Parser, is_absurd, needs_ocr
-from mage_gym.graph.parsers.geometry import clip_box, join_lines, looks_like_chart, move_to_margins, union
+from mage_gym.graph.parsers.geometry import clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins, union
 from mage_gym.graph.schema import ParsedElement, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -257,7 +257,7 @@ class LayoutParser(Parser):
                 text = _lines_text(textlines)
                 if text or cls == "formula":
                     elements.append(ParsedElement(_SIMPLE.get(cls, "paragraph"), bbox, text, ocr=ocr))
-        out = ParsedPage(index=page.number, width=W, height=H, elements=_merge_lists(elements), warnings=warnings)
+        out = ParsedPage(index=page.number, width=W, height=H, elements=merge_list_items(elements), warnings=warnings)
         move_to_margins(out, header, footer)
         return out
 
@@ -299,21 +299,6 @@ def _overlap(a: tuple, b: tuple) -> float:
         return 0.0
     small = min((a[2] - a[0]) * (a[3] - a[1]), (b[2] - b[0]) * (b[3] - b[1]))
     return iw * ih / small if small > 0 else 0.0
-
-
-def _merge_lists(elements: list[ParsedElement]) -> list[ParsedElement]:
-    """Consecutive list-item boxes (the model emits one per bullet) -> one list element."""
-    out: list[ParsedElement] = []
-    for e in elements:
-        if out and e.type == "list" and out[-1].type == "list":
-            p = out[-1]
-            h_ov = min(p.bbox[2], e.bbox[2]) - max(p.bbox[0], e.bbox[0])
-            line_h = max(8.0, min(p.bbox[3] - p.bbox[1], e.bbox[3] - e.bbox[1]))
-            if h_ov > 0 and e.bbox[1] - p.bbox[3] <= 2.5 * line_h:
-                out[-1] = ParsedElement("list", union([p.bbox, e.bbox]), p.text + "\n" + e.text, ocr=p.ocr)
-                continue
-        out.append(e)
-    return out
 
 
 def _layout_ocr_image(parser: LayoutParser, path: str, index: int) -> ParsedPage:

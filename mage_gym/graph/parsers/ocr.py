@@ -25,7 +25,9 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from mage_gym.graph.parsers.geometry import MARGIN_BAND, band_of, clip_box, is_page_number, union, xy_cut_order
+from mage_gym.graph.parsers.geometry import (
+    MARGIN_BAND, band_of, clip_box, is_page_number, merge_list_items, union, xy_cut_order,
+)
 from mage_gym.graph.schema import BBox, ParsedElement, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -243,18 +245,7 @@ def group_lines(lines: list[OcrLine], width: float, height: float) -> tuple[list
         else:
             elements.append(ParsedElement("paragraph", bbox, text, ocr=True))
     elements = xy_cut_order(elements, lambda e: e.bbox, min_gap_x=0.02 * width, min_gap_y=0.5 * page_h)
-    return _merge_adjacent_lists(elements), header, footer
-
-
-def _merge_adjacent_lists(elements: list[ParsedElement]) -> list[ParsedElement]:
-    out: list[ParsedElement] = []
-    for e in elements:
-        if out and e.type == "list" and out[-1].type == "list" and _h_overlap(out[-1].bbox, e.bbox) > 0.5:
-            prev = out[-1]
-            out[-1] = ParsedElement("list", union([prev.bbox, e.bbox]), prev.text + "\n" + e.text, ocr=True)
-        else:
-            out.append(e)
-    return out
+    return merge_list_items(elements), header, footer
 
 
 # --- entry points -----------------------------------------------------------------

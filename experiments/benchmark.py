@@ -15,9 +15,10 @@ Run (from the repo root):
 ``policies`` is a plain list looped in this one process (a Hydra group list
 would merge the policies' configs); each name's options come from
 ``conf/policy/<name>.yaml``, overridden by ``policy.<name>.<key>=...``
-(``policy.checkpoint=PATH`` is the learned policies' checkpoint). ``budgets``
-is a list of partial budgets merged onto ``env.budget`` (null: that budget
-alone). Hydra multirun sweeps anything else on top.
+(``policy.checkpoint=PATH`` is the learned policies' checkpoint; ``limit: N``
+runs a policy on the first N episodes only and ``only_base_budget: true`` at
+``env.budget`` only - both for the slow LLM evaluator). ``budgets`` is a list
+of partial budgets merged onto ``env.budget`` (null: that budget alone). Hydra multirun sweeps anything else on top.
 
 Writes into the Hydra run directory: ``results.json`` (documented shape, see
 :mod:`experiments._common`), ``results.csv``, ``results.md``,
@@ -118,9 +119,12 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
     rows_path = out / "episodes.jsonl"
     rows_path.parent.mkdir(parents=True, exist_ok=True)
     with open(rows_path, "w") as rows:
+        base = C.budget_dict(C.plain(cfg["env"]).get("budget") or {})
         for budget in budgets_of(cfg):
             for name in names:
                 opts = policy_options(name, overrides)
+                if opts.pop("only_base_budget", False) and budget != base:
+                    continue  # e.g. the slow LLM evaluator: run at env.budget only
                 t0 = time.perf_counter()
                 results, pstats = run_policy(name, opts, episodes, cfg, budget, reader, seed=int(cfg.get("seed", 0)),
                                              policy=(policy_objects or {}).get(name))
@@ -181,7 +185,7 @@ def save_plots(runs: Sequence[Mapping[str, Any]], breakdowns: Mapping[str, Any],
             for b in budgets:
                 m = next((r["metrics"] for r in runs if r["policy"] == p and r["budget"] == b), {})
                 ys.append(m.get(metric))
-            pts = [(x, y) for x, y in zip(xs, ys) if y is not None]
+            pts = sorted((x, y) for x, y in zip(xs, ys) if y is not None)
             if pts:
                 ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=p)
         ax.set_title(title, fontsize=10)

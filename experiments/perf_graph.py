@@ -69,6 +69,7 @@ def bench_build(docs: list[Path], parsers: list[str], pages: int, repeats: int, 
         all_cpu: list[float] = []
         for doc in docs:
             rates, parse_busy, embed_busy, assemble, cpu, n_el = [], [], [], [], [], 0
+            parse_cpu, embed_cpu = [], []
             for _ in range(repeats):
                 g = build_graph(doc, parser, cache=False, max_pages=pages, workers=workers)
                 secs = g.meta["build_seconds"]
@@ -78,6 +79,8 @@ def bench_build(docs: list[Path], parsers: list[str], pages: int, repeats: int, 
                 embed_busy.append(100.0 * st["embed_busy"] / g.n_pages)
                 assemble.append(100.0 * st["assemble"] / g.n_pages)
                 cpu.append(100.0 * (st["parse_cpu"] + st["embed_cpu"] + st["assemble"]) / g.n_pages)
+                parse_cpu.append(100.0 * st["parse_cpu"] / g.n_pages)
+                embed_cpu.append(100.0 * st["embed_cpu"] / g.n_pages)
                 n_el = g.n_elements
             per_doc[doc.name] = {
                 "pages": g.n_pages, "elements": n_el, "edges": g.edge_counts(),
@@ -85,12 +88,14 @@ def bench_build(docs: list[Path], parsers: list[str], pages: int, repeats: int, 
                 "parse_busy_s_per_100p": _median(parse_busy), "embed_busy_s_per_100p": _median(embed_busy),
                 "assemble_s_per_100p": _median(assemble),
                 "cpu_s_per_100p": _median(cpu), "ideal_wall_s_per_100p": _median([c / workers for c in cpu]),
+                "parse_cpu_s_per_100p": _median(parse_cpu), "embed_cpu_s_per_100p": _median(embed_cpu),
             }
             all_rates.extend(rates)
             print(f"  build {parser:6s} {doc.name:32s} {g.n_pages:4d} p {n_el:5d} el  "
                   f"{_median(rates):7.2f} s/100p  (parse busy {_median(parse_busy):.2f}, "
                   f"embed busy {_median(embed_busy):.2f}, assemble {_median(assemble):.2f}; "
-                  f"CPU {_median(cpu):.2f} s/100p)", flush=True)
+                  f"CPU {_median(cpu):.2f} s/100p = parse {_median(parse_cpu):.2f} + embed {_median(embed_cpu):.2f})",
+                  flush=True)
             all_cpu.extend(cpu)
         out[parser] = {"seconds_per_100_pages": _median(all_rates), "cpu_seconds_per_100_pages": _median(all_cpu),
                        "documents": per_doc}

@@ -23,8 +23,10 @@ Each step, in this order (first rule that applies wins):
    impossible once the budget is spent, which also ends in stop.
 
 Relevance is the observation's fused percentile: within pages for pages and
-within elements for elements. Thresholds are fixed in ``conf/policy/heuristic.yaml``
-(chosen on training documents only; see README).
+within elements for elements. Defaults equal ``conf/policy/heuristic.yaml``,
+chosen on training documents only (see README): there, in ``visual`` mode,
+opening (page images already carry the content) and pruning (it dropped gold
+entry pages) lowered the reward, so both are off; they remain available.
 """
 from __future__ import annotations
 
@@ -40,8 +42,8 @@ from policies.features import SlotView, action_of, best_slot, op_mask
 class HeuristicPolicy(BasePolicy):
     name = "heuristic"
 
-    def __init__(self, expand_min_rel: float = 0.9, page_min_rel: float = 0.9, open_min_rel: float = 0.9,
-                 prune_max_rel: float = 0.5, min_pages: int = 2, max_opens: int | None = None,
+    def __init__(self, expand_min_rel: float = 0.995, page_min_rel: float = 0.95, open_min_rel: float = 1.01,
+                 prune_max_rel: float = 0.0, min_pages: int = 2, max_opens: int | None = None,
                  link_bonus: float = 0.02, max_pages: int | None = None, render_mode: str | None = None,
                  **kw: Any) -> None:
         super().__init__(render_mode=render_mode, **kw)

@@ -233,8 +233,14 @@ def _scanned_pdf(tmp_path: Path) -> Path:
     return p
 
 
-def test_image_only_pdf_page_goes_through_ocr(tmp_path: Path) -> None:
-    out = get_parser("fast").parse(open_source(_scanned_pdf(tmp_path)))
+@pytest.fixture(scope="module")
+def scanned_pdf(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _scanned_pdf(tmp_path_factory.mktemp("scan"))
+
+
+@pytest.mark.parametrize("name", PARSERS)
+def test_image_only_pdf_page_goes_through_ocr(scanned_pdf: Path, name: str) -> None:
+    out = get_parser(name).parse(open_source(scanned_pdf))
     page = out.pages[0]
     assert page.image_only and page.elements and all(e.ocr for e in page.elements)
     text = " ".join(e.text for e in page.elements)
@@ -243,11 +249,11 @@ def test_image_only_pdf_page_goes_through_ocr(tmp_path: Path) -> None:
     assert title and "Revenue" in title[0].text
     body = [e for e in page.elements if e.type == "paragraph"]
     assert len(body) == 1, "OCR lines of one paragraph are grouped into one element"
-    assert body[0].bbox[1] > title[0].bbox[3] - 1
+    assert body[0].bbox[1] > title[0].bbox[3] - 1 and len(body[0].text.split()) > 30
 
 
-def test_ocr_can_be_disabled(tmp_path: Path) -> None:
-    out = get_parser("fast", ocr=False).parse(open_source(_scanned_pdf(tmp_path)))
+def test_ocr_can_be_disabled(scanned_pdf: Path) -> None:
+    out = get_parser("fast", ocr=False).parse(open_source(scanned_pdf))
     assert not out.pages[0].image_only and all(e.type in ("figure", "chart") for e in out.pages[0].elements)
 
 

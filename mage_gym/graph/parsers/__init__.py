@@ -2,8 +2,11 @@
 
 ``get_parser(name, **cfg)`` is the one entry point. Names: ``layout`` (default;
 PyMuPDF's ONNX layout model) and ``fast`` (rule-based, ~25x cheaper). Both
-send pages without a text layer, and image-folder documents, through OCR
-(:mod:`.ocr`). Heavy imports happen inside the parsers, on first use.
+send pages without a text layer, and image-folder documents, through RapidOCR:
+``fast`` groups OCR lines into blocks (:mod:`.ocr`); ``layout`` lets the layout
+model box the OCR'd page (``image_ocr="layout"``, default) or uses the same
+line grouping (``image_ocr="rapidocr"``). Heavy imports happen inside the
+parsers, on first use.
 """
 from __future__ import annotations
 

@@ -6,11 +6,9 @@ Run (from the repo root):
         policy.checkpoint=outputs/train/<run>/checkpoint.zip
     .venv/bin/python experiments/benchmark.py dataset=synth dataset.root=data/synth/tiny \
         'budgets=[{k: 1}, {k: 3}, {k: 5}]' logger=none
-    # the paper setting: Qwen3-VL-8B-Instruct behind vLLM as evaluator and reader
-    .venv/bin/python experiments/benchmark.py dataset=mmlongbench reader=openai \
-        reader.base_url=http://127.0.0.1:8000/v1 reader.model=Qwen/Qwen3-VL-8B-Instruct \
-        'policies=[llm_evaluator]' policy.llm_evaluator.backend.reader=openai \
-        policy.llm_evaluator.backend.base_url=http://127.0.0.1:8000/v1 +paper=true
+    # the paper setting (conf/paper.yaml): Qwen3-VL-8B-Instruct behind vLLM as evaluator and reader
+    .venv/bin/python experiments/benchmark.py --config-name paper dataset=mmlongbench budget=paper_mmlongbench \
+        reader.base_url=http://127.0.0.1:8000/v1 policy.llm_evaluator.backend.base_url=http://127.0.0.1:8000/v1
 
 ``policies`` is a plain list looped in this one process (a Hydra group list
 would merge the policies' configs); each name's options come from

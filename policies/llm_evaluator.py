@@ -12,8 +12,9 @@ the exact prompt), so a repeated benchmark costs no model calls.
 
 When the reply has no usable decision (strict and lenient parsing both fail)
 or the backend errors, a logged fallback runs instead: ``top_candidates``
-activates the first ``m`` candidates (the frontier is relevance-ordered), or
-``stop`` ends the episode. ``stats`` counts calls, cache hits and parse modes.
+opens the activated elements shown in the state and activates the first
+``m`` candidates (the frontier is relevance-ordered), or ``stop`` ends the
+episode. ``stats`` counts calls, cache hits and parse modes.
 """
 from __future__ import annotations
 

@@ -195,26 +195,71 @@ class LayoutParser(Parser):
         return out
 
     def parse_image_only_pdf_page(self, page: "pymupdf.Page") -> ParsedPage:
-        if self.image_ocr == "rapidocr":
-            return super().parse_image_only_pdf_page(page)
-        try:
-            from mage_gym.graph.parsers.ocr import MAX_OCR_SIDE
+        from mage_gym.graph.parsers.ocr import page_from_lines, pdf_page_lines
 
-            long_pt = max(page.rect.width, page.rect.height, 1.0)
-            dpi = max(18, min(self.ocr_dpi, int(72.0 * MAX_OCR_SIDE / long_pt)))  # absurd pages: downscale
-            (rec,) = _run_layout_model(page.parent, [page.number], ocr=True, ocr_dpi=dpi)
-            out = self.convert(page.parent.load_page(page.number), rec, ocr=True)
-            out.image_only = True
-            return out
+        lines, warns = pdf_page_lines(page, self.ocr_dpi)
+        if self.image_ocr == "rapidocr" or not lines:
+            return page_from_lines(page.number, page.rect.width, page.rect.height, lines, warns)
+        try:
+            return self._layout_over_ocr(page.parent, page.number, lines, warns, scale=1.0)
         except Exception as exc:  # noqa: BLE001
-            out = super().parse_image_only_pdf_page(page)
-            out.warnings.append(f"layout OCR failed ({exc}); used line-grouping OCR")
+            out = page_from_lines(page.number, page.rect.width, page.rect.height, lines, warns)
+            out.warnings.append(f"layout over OCR failed ({exc.__class__.__name__}: {exc}); used line grouping")
             return out
 
     def parse_image_page(self, source: Any, index: int) -> ParsedPage:
         if self.image_ocr == "rapidocr" or not self.ocr_enabled:
             return super().parse_image_page(source, index)
-        return _layout_ocr_image(self, source.page_files[index], index)
+        import pymupdf
+
+        from mage_gym.graph.parsers.ocr import OcrLine, image_lines, page_from_lines
+
+        path = source.page_files[index]
+        lines, w_px, h_px, warns = image_lines(path)
+        if not lines:
+            return page_from_lines(index, w_px, h_px, lines, warns)
+        img = pymupdf.open(path)
+        try:
+            doc = pymupdf.open("pdf", img.convert_to_pdf())
+        finally:
+            img.close()
+        try:
+            to_pt = doc.load_page(0).rect.width / w_px  # the wrapped page is in points, boxes come back in pixels
+            lines_pt = [OcrLine(tuple(v * to_pt for v in l.bbox), l.text, l.score) for l in lines]  # type: ignore[misc]
+            out = self._layout_over_ocr(doc, 0, lines_pt, warns, scale=1.0 / to_pt)
+        except Exception as exc:  # noqa: BLE001
+            out = page_from_lines(index, w_px, h_px, lines, warns)
+            out.warnings.append(f"layout over OCR failed ({exc.__class__.__name__}: {exc}); used line grouping")
+        finally:
+            doc.close()
+        out.index, out.width, out.height, out.image_only = index, float(w_px), float(h_px), True
+        return out
+
+    def _layout_over_ocr(self, doc: "pymupdf.Document", pno: int, lines: list[Any], warns: list[str],
+                         scale: float) -> ParsedPage:
+        """Box a scanned page with the layout model, using *our* OCR lines as its text.
+
+        Why not pymupdf4llm's own OCR path: on the scanned dev decks it dropped
+        whole lines and the spaces between words (27% of the characters on one
+        slide). We write every OCR line into the page as invisible text, let the
+        model box it, then add any line no model box covers as extra blocks.
+        """
+        from mage_gym.graph.parsers.ocr import OcrLine, group_lines
+
+        page = doc.load_page(pno)
+        _write_invisible_lines(page, lines)
+        (rec,) = _run_layout_model(doc, [pno])
+        out = self.convert(doc.load_page(pno), rec, ocr=True, scale=scale)
+        boxes = [tuple(float(_get(b, k)) * scale for k in ("x0", "y0", "x1", "y1")) for b in (_get(rec, "boxes") or ())]
+        scaled = [OcrLine(tuple(v * scale for v in l.bbox), l.text, l.score) for l in lines]  # type: ignore[misc]
+        missing = [l for l in scaled if not any(_inside_share(l.bbox, b) >= 0.5 for b in boxes)]
+        if missing:
+            extra, header, footer = group_lines(missing, out.width, out.height)
+            out.elements.extend(extra)
+            move_to_margins(out, header, footer)
+        out.image_only = True
+        out.warnings.extend(warns)
+        return out
 
     # --- conversion ---------------------------------------------------------------
 
@@ -308,35 +353,32 @@ def _overlap(a: tuple, b: tuple) -> float:
     return iw * ih / small if small > 0 else 0.0
 
 
-def _layout_ocr_image(parser: LayoutParser, path: str, index: int) -> ParsedPage:
-    """OCR + layout on a page image: wrap it as a one-page PDF, map boxes back to pixels."""
+_OCR_FONT: Any = None
+
+
+def _write_invisible_lines(page: "pymupdf.Page", lines: list[Any]) -> None:
+    """Insert OCR lines as invisible text (render mode 3), each stretched to its box."""
     import pymupdf
-    from PIL import Image
 
-    from mage_gym.graph.parsers.ocr import MAX_OCR_SIDE
+    global _OCR_FONT
+    if _OCR_FONT is None:
+        _OCR_FONT = pymupdf.Font("cjk")  # Droid Sans Fallback: covers symbols and CJK
+    for ln in lines:
+        x0, y0, x1, y1 = ln.bbox
+        w, h = x1 - x0, y1 - y0
+        if w <= 0 or h <= 0 or not ln.text.strip():
+            continue
+        size = 0.8 * h
+        length = _OCR_FONT.text_length(ln.text, size)
+        if length <= 0:
+            continue
+        tw = pymupdf.TextWriter(page.rect)
+        tw.append(pymupdf.Point(x0, y1 - 0.2 * h), ln.text, font=_OCR_FONT, fontsize=size)
+        tw.write_text(page, render_mode=3, morph=(pymupdf.Point(x0, y1), pymupdf.Matrix(w / length, 1)))
 
-    from mage_gym.graph.errors import UnsupportedSourceError
-    from mage_gym.graph.images import MAX_SOURCE_PIXELS
 
-    with Image.open(path) as im:
-        w_px, h_px = im.width, im.height
-    if w_px * h_px > MAX_SOURCE_PIXELS:
-        raise UnsupportedSourceError(path, f"page image too large ({w_px}x{h_px} px)")
-    img = pymupdf.open(path)
-    try:
-        doc = pymupdf.open("pdf", img.convert_to_pdf())
-    finally:
-        img.close()
-    try:
-        page = doc.load_page(0)
-        scale = w_px / page.rect.width
-        # render for OCR like ocr_image_file: short side >= 1000 px, long side <= MAX_OCR_SIDE
-        short_pt, long_pt = min(page.rect.width, page.rect.height), max(page.rect.width, page.rect.height)
-        target = max(min(w_px, h_px), 1000)
-        dpi = max(36, min(round(72.0 * target / short_pt), int(72.0 * MAX_OCR_SIDE / long_pt)))
-        (rec,) = _run_layout_model(doc, [0], ocr=True, ocr_dpi=dpi)
-        out = parser.convert(doc.load_page(0), rec, ocr=True, scale=scale)
-    finally:
-        doc.close()
-    out.index, out.width, out.height, out.image_only = index, float(w_px), float(h_px), True
-    return out
+def _inside_share(inner: tuple, outer: tuple) -> float:
+    iw = min(inner[2], outer[2]) - max(inner[0], outer[0])
+    ih = min(inner[3], outer[3]) - max(inner[1], outer[1])
+    a = (inner[2] - inner[0]) * (inner[3] - inner[1])
+    return iw * ih / a if iw > 0 and ih > 0 and a > 0 else 0.0

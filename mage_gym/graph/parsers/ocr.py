@@ -251,8 +251,8 @@ def group_lines(lines: list[OcrLine], width: float, height: float) -> tuple[list
 # --- entry points -----------------------------------------------------------------
 
 
-def ocr_pdf_page(page: "pymupdf.Page", dpi: int = 144) -> ParsedPage:
-    """OCR a PDF page rendered at ``dpi`` (capped at :data:`MAX_OCR_SIDE`); boxes in points."""
+def pdf_page_lines(page: "pymupdf.Page", dpi: int = 144) -> tuple[list[OcrLine], list[str]]:
+    """OCR lines of a PDF page rendered at ``dpi`` (capped at :data:`MAX_OCR_SIDE`), in points."""
     import numpy as np
     import pymupdf
 
@@ -263,30 +263,25 @@ def ocr_pdf_page(page: "pymupdf.Page", dpi: int = 144) -> ParsedPage:
         warnings.append(f"page is {w:.0f}x{h:.0f} pt; OCR ran on a downscaled render ({scale * 72:.0f} dpi)")
     pix = page.get_pixmap(matrix=pymupdf.Matrix(scale, scale), alpha=False, colorspace=pymupdf.csRGB)
     rgb = np.frombuffer(pix.samples, dtype=np.uint8).reshape(pix.height, pix.width, pix.n)[:, :, :3]
-    # map from render pixels back to the page's own origin (page.rect may not start at 0)
-    lines = ocr_array(np.ascontiguousarray(rgb), scale)
-    elements, header, footer = group_lines(lines, w, h)
-    return ParsedPage(
-        index=page.number, width=w, height=h, elements=elements,
-        header_text=" | ".join(header), footer_text=" | ".join(footer), image_only=True, warnings=warnings,
-    )
+    return ocr_array(np.ascontiguousarray(rgb), scale), warnings
 
 
-def ocr_image_file(path: str, index: int, enabled: bool = True, min_short_side: int = 1000) -> ParsedPage:
-    """OCR one page image; boxes in the image's own pixels."""
+def image_lines(path: str, min_short_side: int = 1000) -> tuple[list[OcrLine], int, int, list[str]]:
+    """OCR lines of a page image in its own pixels, plus (width, height) and warnings.
+
+    Small images are upscaled so the short side has >= ``min_short_side``
+    pixels (72-dpi renders garble otherwise); huge ones are scaled down.
+    """
     import numpy as np
-
-    from mage_gym.graph.images import MAX_SOURCE_PIXELS
-    from mage_gym.graph.errors import UnsupportedSourceError
     from PIL import Image
+
+    from mage_gym.graph.errors import UnsupportedSourceError
+    from mage_gym.graph.images import MAX_SOURCE_PIXELS
 
     with Image.open(path) as im:
         w, h = im.width, im.height
         if w * h > MAX_SOURCE_PIXELS:
             raise UnsupportedSourceError(path, f"page image too large ({w}x{h} px)")
-        if not enabled:
-            return ParsedPage(index=index, width=float(w), height=float(h), image_only=True,
-                              warnings=["OCR disabled: image page has no text"])
         scale = max(1.0, min_short_side / max(min(w, h), 1))
         scale = min(scale, MAX_OCR_SIDE / max(w, h, 1))
         rgb_im = im.convert("RGB")
@@ -294,12 +289,37 @@ def ocr_image_file(path: str, index: int, enabled: bool = True, min_short_side: 
             rgb_im = rgb_im.resize((max(1, round(w * scale)), max(1, round(h * scale))), Image.Resampling.BICUBIC)
         rgb = np.asarray(rgb_im)
     warnings = [] if scale >= 1.0 - 1e-3 else [f"image is {w}x{h} px; OCR ran on a downscaled copy"]
-    lines = ocr_array(rgb, scale)
-    elements, header, footer = group_lines(lines, float(w), float(h))
+    return ocr_array(rgb, scale), w, h, warnings
+
+
+def page_from_lines(index: int, width: float, height: float, lines: list[OcrLine], warnings: list[str]) -> ParsedPage:
+    elements, header, footer = group_lines(lines, width, height)
     return ParsedPage(
-        index=index, width=float(w), height=float(h), elements=elements,
-        header_text=" | ".join(header), footer_text=" | ".join(footer), image_only=True, warnings=warnings,
+        index=index, width=float(width), height=float(height), elements=elements,
+        header_text=" | ".join(header), footer_text=" | ".join(footer), image_only=True, warnings=list(warnings),
     )
 
 
-__all__ = ["get_engine", "ocr_array", "group_lines", "ocr_pdf_page", "ocr_image_file", "OcrLine", "OCR_STATS"]
+def ocr_pdf_page(page: "pymupdf.Page", dpi: int = 144) -> ParsedPage:
+    """An image-only PDF page as OCR blocks; boxes in points."""
+    lines, warnings = pdf_page_lines(page, dpi)
+    return page_from_lines(page.number, page.rect.width, page.rect.height, lines, warnings)
+
+
+def ocr_image_file(path: str, index: int, enabled: bool = True, min_short_side: int = 1000) -> ParsedPage:
+    """A page image as OCR blocks; boxes in the image's own pixels."""
+    if not enabled:
+        from PIL import Image
+
+        with Image.open(path) as im:
+            w, h = im.width, im.height
+        return ParsedPage(index=index, width=float(w), height=float(h), image_only=True,
+                          warnings=["OCR disabled: image page has no text"])
+    lines, w, h, warnings = image_lines(path, min_short_side)
+    return page_from_lines(index, w, h, lines, warnings)
+
+
+__all__ = [
+    "get_engine", "ocr_array", "group_lines", "ocr_pdf_page", "ocr_image_file", "pdf_page_lines", "image_lines",
+    "page_from_lines", "OcrLine", "OCR_STATS",
+]

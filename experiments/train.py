@@ -11,7 +11,8 @@ Run (from the repo root):
 Readable top to bottom (CleanRL style): episodes of the train split (only
 those usable for training: answerable ones need gold on the page), graphs from
 the cache, ``n_envs`` environments with the oracle reader, the slot-set
-network, ``model.learn`` with a callback that shows progress, logs steps per
+network, an optional behaviour-cloning warm start from a rule teacher
+(``train.bc``), ``model.learn`` with a callback that shows progress, logs steps per
 second and evaluates the current policy on ``train.eval_episodes`` episodes of
 the validation split (other documents) every ``train.eval_freq`` steps.
 
@@ -32,6 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import _common as C  # noqa: E402
 import hydra  # noqa: E402
+import numpy as np  # noqa: E402
 from omegaconf import DictConfig  # noqa: E402
 
 log = logging.getLogger("train")
@@ -94,6 +96,41 @@ def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: 
     return TrainCallback()
 
 
+def warm_start(model: Any, bc: Mapping[str, Any], train_eps: list[Any], cfg: Mapping[str, Any],
+               render_mode: str, seed: int) -> dict[str, Any] | None:
+    """Behaviour cloning of ``bc.teacher`` (conf/policy/<teacher>.yaml) on ``bc.episodes`` training episodes."""
+    if not bc.get("enabled"):
+        return None
+    from benchmark import policy_options
+
+    from policies import get_policy
+    from policies.imitation import agreement, behaviour_clone, collect_demos
+
+    name = bc.get("teacher", "heuristic")
+    opts = policy_options(name, None)
+    for key in ("limit", "only_base_budget"):
+        opts.pop(key, None)
+    opts["render_mode"] = render_mode
+    teacher = get_policy(name, **opts)
+    ids = [C.episode_of(e).episode_id for e in train_eps]
+    rng = np.random.default_rng(seed)
+    n = int(bc.get("episodes", len(ids)))
+    pick = list(rng.permutation(ids)[:n]) if n <= len(ids) else list(rng.choice(ids, size=n))
+    env = C.make_env(train_eps, cfg, render_mode=render_mode, reader="oracle", max_graphs=64)
+    t0 = time.perf_counter()
+    try:
+        demos = collect_demos(env, teacher, pick, seed=seed)
+    finally:
+        env.close()
+    losses = behaviour_clone(model, demos, updates=int(bc.get("updates", 1000)),
+                             batch_size=int(bc.get("batch_size", 256)), lr=float(bc.get("lr", 1e-3)), seed=seed)
+    out = {"teacher": name, "episodes": len(pick), "steps": int(len(demos["actions"])), "losses": losses,
+           "agreement": agreement(model, demos), "seconds": time.perf_counter() - t0}
+    log.info("behaviour cloning of %s: %d steps, loss %s, agreement %.3f", name, out["steps"],
+             [round(x, 3) for x in losses], out["agreement"])
+    return out
+
+
 def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes: list[Any] | None = None,
           val_episodes: list[Any] | None = None) -> dict[str, Any]:
     """Train per ``cfg`` (plain dict of the train config); returns the summary written to ``out``.
@@ -148,6 +185,15 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
                         device=tc.get("device", "cpu"))
     curve: list[dict[str, Any]] = []
     eval_fn = (lambda m: evaluate(m, algo, val_eps, cfg, render_mode, seed=10_000)) if val_eps else None
+    bc = warm_start(model, dict(tc.get("bc") or {}), train_eps, cfg, render_mode, seed)
+    if bc is not None:
+        row = {"timesteps": 0, "steps_per_s": None, "wall_s": 0.0, "train_reward": None, "bc": bc}
+        if eval_fn is not None:
+            _, m = eval_fn(model)
+            row.update({f"val_{k}": m[k] for k in ("reward", "evidence_page_recall", "element_recall",
+                                                  "evidence_all_covered", "tokens_rendered")})
+        curve.append(row)
+        log.info("after behaviour cloning: %s", {k: C.fmt(v) for k, v in row.items() if k != "bc"})
     total = int(tc["total_timesteps"])
     t0 = time.perf_counter()
     model.learn(total_timesteps=total, callback=make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve))

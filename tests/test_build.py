@@ -253,10 +253,11 @@ def test_bad_input_raises_typed_errors(tmp_path, pdf):
 
 
 def test_chunks_are_contiguous_and_cover():
-    for n, w in [(1, 2), (7, 2), (100, 2), (33, 3), (5, 1)]:
+    for n, w in [(1, 2), (7, 2), (100, 2), (33, 3), (5, 1), (503, 2)]:
         ch = _chunks(n, w)
         assert [p for c in ch for p in c] == list(range(n))
-        assert len(ch) <= max(1, 2 * w)
+        assert all(len(c) <= 32 for c in ch)
+        assert n < 4 * w or len(ch) >= min(2 * w, n // 4)
 
 
 def test_load_graph_imports_no_parser_pdf_library_or_torch(tmp_path, pdf, fake_parser):

@@ -249,7 +249,10 @@ def test_image_only_pdf_page_goes_through_ocr(scanned_pdf: Path, name: str) -> N
     assert title and "Revenue" in title[0].text
     body = [e for e in page.elements if e.type == "paragraph"]
     assert len(body) == 1, "OCR lines of one paragraph are grouped into one element"
-    assert body[0].bbox[1] > title[0].bbox[3] - 1 and len(body[0].text.split()) > 30
+    assert body[0].bbox[1] > title[0].bbox[3] - 1
+    # every line of the paragraph is there (RapidOCR may drop some spaces, so count letters)
+    letters = sum(c.isalpha() for c in body[0].text)
+    assert letters >= 0.9 * sum(c.isalpha() for c in LOREM)
 
 
 def test_ocr_can_be_disabled(scanned_pdf: Path) -> None:
@@ -333,8 +336,9 @@ def test_real_filing_tables(data_root: Path, name: str) -> None:
 
 
 @pytest.mark.real_data
-@pytest.mark.parametrize("name, folder, page_no", [("fast", "4151", 42), ("layout", "4127", 2)])
+@pytest.mark.parametrize("name, folder, page_no", [("fast", "4151", 62), ("layout", "4127", 2)])
 def test_real_longdocurl_png_is_ocred(data_root: Path, name: str, folder: str, page_no: int) -> None:
+    """A Letter page saved as a 72-dpi PNG: OCR'd, grouped into blocks, boxes in pixels."""
     src = open_source(data_root / "longdocurl-sample" / "pdf_pngs" / "4000-4999" / folder)
     page = get_parser(name).parse(src, pages=[page_no]).pages[0]
     w, h = Image.open(src.page_files[page_no]).size
@@ -344,6 +348,9 @@ def test_real_longdocurl_png_is_ocred(data_root: Path, name: str, folder: str, p
     assert words > 40 and len(page.elements) < words / 3, "lines are grouped into blocks"
     for e in page.elements:
         assert 0 <= e.bbox[0] <= e.bbox[2] <= w and 0 <= e.bbox[1] <= e.bbox[3] <= h
+        assert not page.footer_text or e.text.strip() != page.footer_text.strip()
+    if page_no == 62:  # "5 Declaration", two text columns, "Table 5.1", page number 47 at the bottom
+        assert "title" in _types(page) and "table" in _types(page) and "47" in page.footer_text
 
 
 def test_merge_list_items_merges_short_runs_only() -> None:

@@ -28,10 +28,9 @@ import math
 import os
 import time
 import warnings
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Mapping, Protocol, Sequence
 
 import numpy as np
 
@@ -51,6 +50,9 @@ from mage_gym.graph.schema import (
 )
 from mage_gym.graph.store import GRAPH_VERSION, GraphNotBuiltError, cache_key, load_cached, save_graph
 from mage_gym.graph.summarize import clean, summarize_element, summarize_page
+
+if TYPE_CHECKING:  # pragma: no cover - process pools are imported when first used
+    from concurrent.futures import Future, ProcessPoolExecutor
 
 log = logging.getLogger(__name__)
 
@@ -424,7 +426,7 @@ def _as_source(source: DocumentSource | str | Path) -> DocumentSource:
 
 
 _WORKER_PARSERS: dict[str, Any] = {}
-_POOL: ProcessPoolExecutor | None = None
+_POOL: "ProcessPoolExecutor | None" = None
 _POOL_WORKERS = 0
 
 
@@ -466,11 +468,22 @@ def parse_and_embed_chunk(source: DocumentSource, parser: str, parser_cfg: Mappi
     enc = _resolve_encoder("default") if encode else None
     page_vecs, el_vecs = embed_pages(prepared, enc, mcfg)
     t2, c2 = time.perf_counter(), time.process_time()
-    timings = {"parse": t1 - t0, "embed": t2 - t1, "parse_cpu": c1 - c0, "embed_cpu": c2 - c1}
+    timings = {"parse": t1 - t0, "embed": t2 - t1, "parse_cpu": c1 - c0, "embed_cpu": c2 - c1,
+               "peak_rss_mib": _peak_rss_mib()}
     return prepared, list(parsed.warnings), page_vecs, el_vecs, timings
 
 
-def get_pool(workers: int) -> ProcessPoolExecutor:
+def _peak_rss_mib() -> float:
+    """Peak resident memory of this process (workers report theirs: they are not our children)."""
+    try:
+        import resource
+
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+    except (ImportError, OSError):  # pragma: no cover - non-POSIX
+        return 0.0
+
+
+def get_pool(workers: int) -> "ProcessPoolExecutor":
     """The process-wide worker pool (created on first use, resized on demand).
 
     Workers are started with ``forkserver`` (never ``fork``: a parent that
@@ -481,6 +494,7 @@ def get_pool(workers: int) -> ProcessPoolExecutor:
         return _POOL
     shutdown_pool()
     import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
 
     threads = max(1, (os.cpu_count() or 1) // workers)
     ctx = mp.get_context("forkserver")
@@ -508,9 +522,10 @@ def shutdown_pool() -> None:
 atexit.register(shutdown_pool)
 
 
-def _chunks(n: int, workers: int, min_pages: int = 4) -> list[list[int]]:
-    """Contiguous page ranges: about two per worker, so one slow chunk does not idle the other."""
-    n_chunks = max(1, min(workers * 2, math.ceil(n / min_pages)))
+def _chunks(n: int, workers: int, min_pages: int = 4, max_pages: int = 32) -> list[list[int]]:
+    """Contiguous page ranges: at least two per worker (so one slow chunk does not idle the
+    other) and at most ``max_pages`` long (bounds a worker's memory on 500-page filings)."""
+    n_chunks = max(1, min(max(workers * 2, math.ceil(n / max_pages)), math.ceil(n / min_pages)))
     size = math.ceil(n / n_chunks)
     return [list(range(lo, min(n, lo + size))) for lo in range(0, n, size)]
 
@@ -631,6 +646,8 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
                                "parse_busy": round(work["parse"], 4), "embed_busy": round(work["embed"], 4),
                                "parse_cpu": round(work["parse_cpu"], 4), "embed_cpu": round(work["embed_cpu"], 4),
                                "assemble": round(t3 - t2, 4)}
+    if "peak_rss_mib" in work:
+        g.meta["worker_peak_rss_mib"] = round(work["peak_rss_mib"], 1)
     g.meta["cache_key"] = key
     if cache:
         save_graph(g, key, cache_dir)
@@ -671,12 +688,12 @@ def _parallel(src: DocumentSource, parser: str, pcfg: dict, n: int, max_pages: i
     doc_warnings: list[str] = []
     pv: list[np.ndarray] = []
     ev: list[np.ndarray] = []
-    work = {"parse": 0.0, "embed": 0.0, "parse_cpu": 0.0, "embed_cpu": 0.0}
+    work = {"parse": 0.0, "embed": 0.0, "parse_cpu": 0.0, "embed_cpu": 0.0, "peak_rss_mib": 0.0}
     for p, w, a, b, t in results:
         prepared.extend(p)
         doc_warnings.extend(x for x in w if x not in doc_warnings)
         pv.append(a)
         ev.append(b)
         for k in work:
-            work[k] += t[k]
+            work[k] = max(work[k], t[k]) if k == "peak_rss_mib" else work[k] + t[k]
     return prepared, doc_warnings, np.concatenate(pv), np.concatenate(ev), work

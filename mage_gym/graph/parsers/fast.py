@@ -70,7 +70,6 @@ CAPTION_RE = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|plate|dia
 NUMERIC_RE = re.compile(r"^[\s$€£(+\-\u2212]*\d[\d.,]*\s*[%)kKmMbB]?\s*$")
 FOOTNOTE_START_RE = re.compile(r"^\s*(\d{1,3}|[*\u2020\u2021\u00a7]|[\u00b9\u00b2\u00b3\u2070-\u2079]+)")
 
-TEXT_FLAGS = None  # set lazily (needs pymupdf)
 
 
 @dataclass

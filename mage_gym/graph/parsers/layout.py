@@ -16,14 +16,15 @@ vector paths inside the box), ``caption``/``formula``/``footnote`` as is.
 ``page-header``/``page-footer`` are not elements: their text goes to
 ``ParsedPage.header_text``/``footer_text``.
 
-Routing: pages without a text layer go to OCR. Default ``image_ocr="layout"``:
-pymupdf4llm runs RapidOCR (from ``rapidocr_onnxruntime``), writes the text
-into the page, then the layout model boxes it; page images are first wrapped
-as one-page PDFs and boxes mapped back to pixels. On the 8 scanned MMLongBench
-dev decks this matched 58/86 gold boxes vs 56/86 for ``"rapidocr"`` (our line
-grouping, :mod:`.ocr`) and, unlike line grouping, also yields pictures,
-tables, captions and titles on scans. Pages with an absurd size, or on which
-the model fails, fall back to the fast parser with a page warning.
+Routing: pages without a text layer, and page images, go through RapidOCR
+(:mod:`.ocr`). With ``image_ocr="layout"`` (default) the OCR lines are written
+into the page as invisible text and the layout model boxes the page like any
+other, so scans also get pictures, tables, titles and lists; lines no model
+box covers are added as line-grouped blocks, so no OCR text is lost. (We do
+not use pymupdf4llm's own OCR path: on the scanned dev decks it dropped whole
+lines.) ``image_ocr="rapidocr"`` uses only the line grouping. Pages with an
+absurd size, or on which the model fails, fall back to the fast parser with a
+page warning.
 """
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from mage_gym.graph.parsers.base import Parser, is_absurd, needs_ocr
-from mage_gym.graph.parsers.geometry import clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins, union
+from mage_gym.graph.parsers.geometry import clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins
 from mage_gym.graph.schema import ParsedElement, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -81,18 +82,17 @@ def _lines_text(textlines: Any, sep: str = " ") -> str:
     return join_lines(out, sep)
 
 
-def _run_layout_model(doc: "pymupdf.Document", pages: list[int], ocr: bool = False, ocr_dpi: int = 150) -> list[Any]:
+def _run_layout_model(doc: "pymupdf.Document", pages: list[int]) -> list[Any]:
     """pymupdf4llm's layout pass over ``pages``; returns its per-page records.
 
     Uses ``parse_document`` (the function behind the public ``to_json``) to
     skip a JSON round trip, falling back to ``to_json`` if the helper moved.
     Library chatter on stdout is swallowed.
     """
+    import pymupdf
     import pymupdf4llm
 
-    import pymupdf
-
-    kwargs: dict[str, Any] = dict(pages=pages, force_text=True, use_ocr=ocr, force_ocr=ocr, ocr_dpi=ocr_dpi)
+    kwargs: dict[str, Any] = dict(pages=pages, force_text=True, use_ocr=False)  # OCR is ours (see module doc)
     sink = io.StringIO()
     # pymupdf.message() writes to a stream captured at import time, not sys.stdout
     saved = getattr(pymupdf, "_g_out_message", None)
@@ -100,7 +100,7 @@ def _run_layout_model(doc: "pymupdf.Document", pages: list[int], ocr: bool = Fal
         pymupdf._g_out_message = sink
     try:
         with contextlib.redirect_stdout(sink), warnings.catch_warnings():
-            warnings.simplefilter("ignore", RuntimeWarning)  # numpy noise in OCR feature code
+            warnings.simplefilter("ignore", RuntimeWarning)  # numpy noise in the library's feature code
             try:
                 from pymupdf4llm.helpers.document_layout import parse_document
 

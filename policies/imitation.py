@@ -1,0 +1,101 @@
+"""Behaviour cloning warm start: teach the slot network a teacher policy's moves before PPO.
+
+Why: under the oracle reader the gains over simply stopping are a few
+well-chosen activations per episode; from scratch, PPO mostly learns to stop
+(measured: see README). Cloning a rule teacher (``heuristic``) first gives PPO
+a sensible starting policy over the same observation, which it then refines
+with its own reward. The teacher acts through the same loop and public API as
+any policy; only its (observation, mask, action) triples are kept.
+"""
+from __future__ import annotations
+
+import time
+from typing import Any, Sequence
+
+import numpy as np
+
+from policies.base import EnvInfo, Policy
+
+
+def collect_demos(env: Any, teacher: Policy, episode_ids: Sequence[str], seed: int = 0,
+                  progress: bool = True) -> dict[str, np.ndarray]:
+    """Run ``teacher`` (a step-level policy) on ``episode_ids``; stack its observations, masks and actions."""
+    from tqdm import tqdm
+
+    if teacher.level != "step":
+        raise ValueError("behaviour cloning needs a step-level teacher (flat actions)")
+    u = getattr(env, "unwrapped", env)
+    obs_rows: dict[str, list[np.ndarray]] = {}
+    masks, actions = [], []
+    for i, eid in enumerate(tqdm(episode_ids, desc="demos", unit="ep", disable=not progress)):
+        obs, _ = env.reset(seed=seed + i, options={"episode_id": eid})
+        teacher.reset(EnvInfo.from_env(u, seed=seed + i))
+        done = False
+        while not done:
+            mask = u.action_masks()
+            a = int(teacher.act(obs, None, mask))
+            for k, v in obs.items():
+                obs_rows.setdefault(k, []).append(np.asarray(v))
+            masks.append(mask)
+            actions.append(a)
+            obs, _, term, trunc, _ = env.step(a)
+            done = bool(term or trunc)
+    out = {f"obs/{k}": np.stack(v) for k, v in obs_rows.items()}
+    out["masks"] = np.stack(masks)
+    out["actions"] = np.asarray(actions, dtype=np.int64)
+    return out
+
+
+def behaviour_clone(model: Any, demos: dict[str, np.ndarray], updates: int = 1000, batch_size: int = 256,
+                    lr: float = 1e-3, seed: int = 0, log_every: int = 100) -> list[float]:
+    """Maximise the masked log-likelihood of the demo actions under ``model.policy`` for ``updates``
+    minibatch steps (a few hundred demo steps need many passes); returns the mean loss per ``log_every``."""
+    import torch as th
+
+    policy = model.policy
+    n = len(demos["actions"])
+    if n == 0:
+        return []
+    keys = [k[len("obs/"):] for k in demos if k.startswith("obs/")]
+    opt = th.optim.Adam(policy.parameters(), lr=lr)
+    rng = np.random.default_rng(seed)
+    losses, window = [], []
+    policy.set_training_mode(True)
+    for step in range(int(updates)):
+        idx = rng.choice(n, size=min(batch_size, n), replace=False)
+        obs = {k: th.as_tensor(demos[f"obs/{k}"][idx], device=policy.device) for k in keys}
+        acts = th.as_tensor(demos["actions"][idx], device=policy.device)
+        loss = -_distribution(policy, obs, demos["masks"][idx]).log_prob(acts).mean()
+        opt.zero_grad()
+        loss.backward()
+        th.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
+        opt.step()
+        window.append(float(loss))
+        if len(window) == log_every or step == updates - 1:
+            losses.append(float(np.mean(window)))
+            window = []
+    policy.set_training_mode(False)
+    return losses
+
+
+def _distribution(policy: Any, obs: Any, masks: np.ndarray) -> Any:
+    try:
+        return policy.get_distribution(obs, action_masks=masks)  # sb3-contrib maskable policies
+    except TypeError:
+        return policy.get_distribution(obs)
+
+
+def agreement(model: Any, demos: dict[str, np.ndarray], limit: int = 4096) -> float:
+    """Share of demo steps where the model's deterministic masked action equals the teacher's."""
+    import torch as th
+
+    policy = model.policy
+    n = min(limit, len(demos["actions"]))
+    if n == 0:
+        return float("nan")
+    keys = [k[len("obs/"):] for k in demos if k.startswith("obs/")]
+    obs = {k: th.as_tensor(demos[f"obs/{k}"][:n], device=policy.device) for k in keys}
+    with th.no_grad():
+        dist = _distribution(policy, obs, demos["masks"][:n])
+        pred = dist.get_actions(deterministic=True).cpu().numpy()
+    return float(np.mean(pred == demos["actions"][:n]))

@@ -70,7 +70,7 @@ def behaviour_clone(model: Any, demos: dict[str, np.ndarray], updates: int = 100
         loss.backward()
         th.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
         opt.step()
-        window.append(float(loss))
+        window.append(float(loss.detach()))
         if len(window) == log_every or step == updates - 1:
             losses.append(float(np.mean(window)))
             window = []

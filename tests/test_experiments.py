@@ -109,10 +109,14 @@ def test_train_in_process_checkpoint_and_curve(pairs, tmp_path) -> None:
 
     pol = C.plain(OmegaConf.load(REPO / "conf" / "policy" / "ppo.yaml"))
     pol["train"]["hparams"].update(n_steps=64, batch_size=64, n_epochs=1)
-    summary = train(toy_cfg(policy=pol), tmp_path, train_episodes=pairs, val_episodes=pairs[:4])
+    cfg = toy_cfg(policy=pol)
+    cfg["train"]["bc"] = {"enabled": True, "teacher": "heuristic", "episodes": 8, "updates": 50, "batch_size": 64}
+    summary = train(cfg, tmp_path, train_episodes=pairs, val_episodes=pairs[:4])
     check_results(tmp_path / "results.json", 1)
     curve = json.loads((tmp_path / "learning_curve.json").read_text())
-    assert len(curve) >= 2 and all(r["steps_per_s"] > 0 for r in curve) and "val_reward" in curve[-1]
+    assert curve[0]["timesteps"] == 0 and curve[0]["bc"]["teacher"] == "heuristic"  # the warm start's row
+    assert curve[0]["bc"]["steps"] > 0 and 0.0 <= curve[0]["bc"]["agreement"] <= 1.0
+    assert len(curve) >= 3 and all(r["steps_per_s"] > 0 for r in curve[1:]) and "val_reward" in curve[-1]
     assert (tmp_path / "learning_curve.png").is_file() and summary["timesteps"] >= 256
     meta = json.loads((tmp_path / "checkpoint.json").read_text())
     assert meta["algo"] == "maskable_ppo" and meta["K"] == 16 and meta["render_mode"] == "text"

@@ -221,3 +221,21 @@ def test_round_decision_from_policy_is_a_round_decision(pairs) -> None:
     policy.reset(EnvInfo.from_env(env, seed=0))
     d = policy.act(obs, env.unwrapped.text_view(), env.unwrapped.action_masks())
     assert isinstance(d, RoundDecision) and len(d.activate) <= BUDGET["m"]
+
+
+def test_behaviour_cloning_reproduces_the_teacher(pairs) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    from policies.imitation import agreement, behaviour_clone, collect_demos
+    from policies.ppo import build_model
+
+    env = make_env(pairs, "text")
+    teacher = get_policy("heuristic", expand_min_rel=0.9, open_min_rel=0.9)
+    demos = collect_demos(env, teacher, [p.episode.episode_id for p in pairs], progress=False)
+    assert len(demos["actions"]) == len(demos["masks"]) == len(demos["obs/nodes"]) > len(pairs)
+    assert all(m[a] for m, a in zip(demos["masks"], demos["actions"]))
+    model = build_model(env, seed=0)
+    before = agreement(model, demos)
+    losses = behaviour_clone(model, demos, updates=150, batch_size=64, lr=3e-3, log_every=50)
+    assert losses[-1] < losses[0] and agreement(model, demos) > max(0.8, before)

@@ -17,8 +17,10 @@ second and evaluates the current policy on ``train.eval_episodes`` episodes of
 the validation split (other documents) every ``train.eval_freq`` steps.
 
 Writes into the run directory (``outputs/train/<dataset>__<policy>__<seed>__<time>``):
-``checkpoint.zip`` (+ ``checkpoint.json``: algorithm, K, render mode, config),
-``results.json`` (documented shape: the final policy on the validation episodes),
+``checkpoint.zip`` (+ ``checkpoint.json``: algorithm, K, render mode, config) - the
+checkpoint with the best validation reward (model selection on val, never on test;
+``checkpoint_last.zip`` is the final one), ``results.json`` (documented shape: the
+selected policy on the validation episodes),
 ``learning_curve.json`` / ``learning_curve.png`` and ``train_summary.json``.
 """
 from __future__ import annotations
@@ -55,8 +57,9 @@ def evaluate(model: Any, algo: str, episodes: list[Any], cfg: Mapping[str, Any],
                                 answers=False)
 
 
-def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: list[dict[str, Any]]) -> Any:
-    """SB3 callback: tqdm progress, steps/s, rolling training reward, periodic validation."""
+def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: list[dict[str, Any]],
+                  on_eval: Any = None) -> Any:
+    """SB3 callback: tqdm progress, steps/s, rolling training reward, periodic validation (``on_eval(model, row)``)."""
     from stable_baselines3.common.callbacks import BaseCallback
     from tqdm import tqdm
 
@@ -65,11 +68,17 @@ def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: 
             self.t0 = time.perf_counter()
             self.bar = tqdm(total=total, desc="train", unit="step")
             self.next_eval = eval_freq
+            self.final_done = False
 
         def _on_step(self) -> bool:
             n = self.num_timesteps
             self.bar.n = min(n, total)
-            if n >= self.next_eval or n >= total:
+            if n >= total:  # SB3 finishes the current rollout past `total`: evaluate once, then stop
+                if not self.final_done:
+                    self.final_done = True
+                    self._evaluate(n)
+                return False
+            if n >= self.next_eval:
                 self.next_eval += eval_freq
                 self._evaluate(n)
             return True
@@ -84,6 +93,8 @@ def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: 
                 row.update({f"val_{k}": m[k] for k in ("reward", "evidence_page_recall", "element_recall",
                                                       "evidence_all_covered", "tokens_rendered")})
             curve.append(row)
+            if on_eval is not None:
+                on_eval(self.model, row)
             logger.log({k: v for k, v in row.items() if k != "timesteps"}, step=n)
             self.bar.set_postfix(sps=f"{sps:.0f}", val_reward=C.fmt(row.get("val_reward")),
                                  train_reward=C.fmt(row.get("train_reward")))
@@ -185,6 +196,18 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
                         device=tc.get("device", "cpu"))
     curve: list[dict[str, Any]] = []
     eval_fn = (lambda m: evaluate(m, algo, val_eps, cfg, render_mode, seed=10_000)) if val_eps else None
+    K = int(vec.observation_space["nodes"].shape[0])
+    name = tc.get("checkpoint_name", "checkpoint")
+    meta = {"render_mode": render_mode, "seed": seed, "dataset": ds["name"], "config": cfg}
+    best = {"reward": -float("inf"), "timesteps": None}
+
+    def keep_best(m: Any, row: dict[str, Any]) -> None:
+        """Model selection on the validation split: the checkpoint with the best validation reward."""
+        r = row.get("val_reward")
+        if r is not None and r > best["reward"]:
+            best.update(reward=r, timesteps=row["timesteps"])
+            save_checkpoint(m, out / f"{name}_best.zip", algo, K, extra={**meta, "timesteps": row["timesteps"]})
+
     bc = warm_start(model, dict(tc.get("bc") or {}), train_eps, cfg, render_mode, seed)
     if bc is not None:
         row = {"timesteps": 0, "steps_per_s": None, "wall_s": 0.0, "train_reward": None, "bc": bc}
@@ -192,27 +215,36 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
             _, m = eval_fn(model)
             row.update({f"val_{k}": m[k] for k in ("reward", "evidence_page_recall", "element_recall",
                                                   "evidence_all_covered", "tokens_rendered")})
+            keep_best(model, row)
         curve.append(row)
         log.info("after behaviour cloning: %s", {k: C.fmt(v) for k, v in row.items() if k != "bc"})
     total = int(tc["total_timesteps"])
     t0 = time.perf_counter()
-    model.learn(total_timesteps=total, callback=make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve))
+    model.learn(total_timesteps=total,
+                callback=make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve, on_eval=keep_best))
     train_s = time.perf_counter() - t0
-    K = int(vec.observation_space["nodes"].shape[0])
-    ckpt = save_checkpoint(model, out / f"{tc.get('checkpoint_name', 'checkpoint')}.zip", algo, K,
-                           extra={"render_mode": render_mode, "seed": seed, "dataset": ds["name"],
-                                  "timesteps": int(model.num_timesteps), "config": cfg})
+    last = save_checkpoint(model, out / f"{name}_last.zip", algo, K,
+                           extra={**meta, "timesteps": int(model.num_timesteps)})
     vec.close()
+    # The checkpoint benchmarks use: best on validation when validation ran, else the last one.
+    chosen = out / f"{name}_best.zip" if best["timesteps"] is not None else last
+    ckpt = out / f"{name}.zip"
+    for suffix in (".zip", ".json"):
+        ckpt.with_suffix(suffix).write_bytes(chosen.with_suffix(suffix).read_bytes())
 
     runs = []
     final = None
     if val_eps:
-        results, final = evaluate(model, algo, val_eps, cfg, render_mode, seed=10_000)
+        from policies.ppo import PPOPolicy
+
+        chosen_model = PPOPolicy(checkpoint=str(ckpt)).model
+        results, final = evaluate(chosen_model, algo, val_eps, cfg, render_mode, seed=10_000)
         runs.append(C.make_run("ppo", env_cfg.get("budget") or {}, ds["name"], tc["eval_split"], final))
     C.write_results(out / "results.json", runs)
     C.write_json(out / "learning_curve.json", curve)
     plot = save_curve(curve, out / "learning_curve.png")
-    summary = {"checkpoint": str(ckpt), "algo": algo, "seed": seed, "render_mode": render_mode,
+    summary = {"checkpoint": str(ckpt), "selected_timesteps": best["timesteps"], "best_val_reward": (
+                   best["reward"] if best["timesteps"] is not None else None), "algo": algo, "seed": seed, "render_mode": render_mode,
                "timesteps": int(model.num_timesteps), "train_seconds": train_s,
                "steps_per_s": model.num_timesteps / max(1e-9, train_s), "train_episodes": len(train_eps),
                "train_documents": n_docs, "eval_episodes": len(val_eps), "final_eval": final,

@@ -118,6 +118,8 @@ def test_train_in_process_checkpoint_and_curve(pairs, tmp_path) -> None:
     assert curve[0]["bc"]["steps"] > 0 and 0.0 <= curve[0]["bc"]["agreement"] <= 1.0
     assert len(curve) >= 3 and all(r["steps_per_s"] > 0 for r in curve[1:]) and "val_reward" in curve[-1]
     assert (tmp_path / "learning_curve.png").is_file() and summary["timesteps"] >= 256
+    assert (tmp_path / "checkpoint_last.zip").is_file() and (tmp_path / "checkpoint_best.zip").is_file()
+    assert summary["selected_timesteps"] in [r["timesteps"] for r in curve]  # model selection on validation
     meta = json.loads((tmp_path / "checkpoint.json").read_text())
     assert meta["algo"] == "maskable_ppo" and meta["K"] == 16 and meta["render_mode"] == "text"
     assert get_policy("ppo", checkpoint=summary["checkpoint"]).render_mode == "text"

@@ -64,11 +64,13 @@ def budgets_of(cfg: Mapping[str, Any]) -> list[dict[str, int]]:
 
 def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg: Mapping[str, Any],
                budget: Mapping[str, int], reader: Any, seed: int = 0, progress: bool = True,
-               policy: Any = None) -> tuple[list[Any], dict[str, Any]]:
+               policy: Any = None, out: Path | None = None) -> tuple[list[Any], dict[str, Any]]:
     """Run one policy on ``episodes`` under ``budget``; returns (episode results, policy stats).
 
     ``opts`` may carry ``limit`` (first N episodes only, e.g. for the slow LLM
-    evaluator); the rest go to :func:`policies.get_policy`.
+    evaluator); the rest go to :func:`policies.get_policy`. With ``out`` (and
+    ``traces: true`` in the config) every episode's JSONL trace goes to
+    ``out/traces/<policy>/<budget>.jsonl``, where ``experiments/report.py`` finds it.
     """
     from tqdm import tqdm
 
@@ -82,6 +84,12 @@ def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg:
         policy = get_policy(name, **opts)
     env_cfg = dict(C.plain(cfg["env"]))
     env_cfg["budget"] = dict(budget)
+    if out is not None and cfg.get("traces", True):
+        from mage_gym.report import trace_path
+
+        path = trace_path(out, name, budget)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        env_cfg["trace_path"] = str(path)
     env = C.make_env(eps, {**dict(cfg), "env": env_cfg}, render_mode=policy.render_mode, reader=reader,
                      max_graphs=8)
     results = []
@@ -125,7 +133,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
                     continue  # e.g. the slow LLM evaluator: run at env.budget only
                 t0 = time.perf_counter()
                 results, pstats = run_policy(name, opts, episodes, cfg, budget, reader, seed=int(cfg.get("seed", 0)),
-                                             policy=(policy_objects or {}).get(name))
+                                             policy=(policy_objects or {}).get(name), out=out)
                 metrics = C.summarise(results, by_id, answers)
                 run = C.make_run(name, budget, ds["name"], ds.get("split", "all"), metrics)
                 runs.append(run)

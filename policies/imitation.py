@@ -9,7 +9,6 @@ any policy; only its (observation, mask, action) triples are kept.
 """
 from __future__ import annotations
 
-import time
 from typing import Any, Sequence
 
 import numpy as np

@@ -240,17 +240,12 @@ class CachedReader:
         """
         from concurrent.futures import ThreadPoolExecutor
 
-        from mage_gym.readers.errors import ReaderError
+        from mage_gym.readers.errors import read_or_error
 
         workers = int(max_workers or getattr(self.reader, "max_concurrency", 1) or 1)
 
         def one(inp: RenderedInput) -> ReaderOutput:
-            try:
-                return self.read(inp)
-            except ReaderError as err:
-                if not return_errors:
-                    raise
-                return ReaderOutput(answer=None, raw="", error=str(err))
+            return read_or_error(self.read, inp, return_errors)
 
         if workers <= 1:
             return [one(inp) for inp in inputs]

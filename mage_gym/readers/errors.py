@@ -7,6 +7,11 @@ instead of scoring a broken call as a wrong answer.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Callable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mage_gym.readers.base import ReaderOutput, RenderedInput
+
 
 class ReaderError(RuntimeError):
     """A reader backend failed to produce an answer.
@@ -26,3 +31,16 @@ class ReaderError(RuntimeError):
 
 class ReaderConfigError(ReaderError, ValueError):
     """Bad reader configuration (unknown backend, missing model directory...)."""
+
+
+def read_or_error(read: "Callable[[RenderedInput], ReaderOutput]", inp: "RenderedInput",
+                  return_errors: bool) -> "ReaderOutput":
+    """One read for batch loops: with ``return_errors`` a ReaderError becomes an output with ``error`` set."""
+    from mage_gym.readers.base import ReaderOutput
+
+    try:
+        return read(inp)
+    except ReaderError as err:
+        if not return_errors:
+            raise
+        return ReaderOutput(answer=None, raw="", error=str(err))

@@ -36,7 +36,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from mage_gym.readers.base import RenderedImage, RenderedInput, ReaderOutput
-from mage_gym.readers.errors import ReaderConfigError, ReaderError
+from mage_gym.readers.errors import ReaderConfigError, ReaderError, read_or_error
 from mage_gym.readers.generative import GenerativeReader
 from mage_gym.readers.prompt import ReaderPrompt
 
@@ -219,12 +219,7 @@ class OpenAIReader(GenerativeReader):
         and continue).
         """
         def one(inp: RenderedInput) -> ReaderOutput:
-            try:
-                return self.read(inp)
-            except ReaderError as err:
-                if not return_errors:
-                    raise
-                return ReaderOutput(answer=None, raw="", error=str(err))
+            return read_or_error(self.read, inp, return_errors)
 
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             results = pool.map(one, inputs)

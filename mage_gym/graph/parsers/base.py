@@ -84,6 +84,16 @@ def needs_ocr(page: "pymupdf.Page") -> bool:
     return text_char_count(page) < MIN_TEXT_CHARS and image_cover(page) >= MIN_IMAGE_COVER
 
 
+def failed_page(doc: "pymupdf.Document", pno: int, exc: Exception) -> ParsedPage:
+    """An empty page carrying the error: one broken page never fails the document."""
+    try:
+        r = doc.load_page(pno).rect
+        w, h = r.width, r.height
+    except Exception:  # noqa: BLE001
+        w = h = 0.0
+    return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
+
+
 def is_absurd(width: float, height: float) -> bool:
     return max(width, height) > MAX_PAGE_SIDE_PT or min(width, height) <= 1.0
 

@@ -37,7 +37,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from mage_gym.graph.parsers.base import Parser
+from mage_gym.graph.parsers.base import Parser, failed_page
 from mage_gym.graph.parsers.tables import text_grid_tables
 from mage_gym.graph.parsers.geometry import (
     MARGIN_BAND,
@@ -361,22 +361,14 @@ class FastParser(Parser):
                     raw.warnings.append(f"absurd page size {raw.width:.0f}x{raw.height:.0f} pt")
                 raws[pno] = raw
             except Exception as exc:  # noqa: BLE001 - isolate one page
-                done[pno] = self.parse_one_pdf_page_failed(doc, pno, exc)
+                done[pno] = failed_page(doc, pno, exc)
         stats = DocStats.from_raw(list(raws.values()))
         for pno, raw in raws.items():
             try:
                 done[pno] = classify(raw, stats)
             except Exception as exc:  # noqa: BLE001
-                done[pno] = self.parse_one_pdf_page_failed(doc, pno, exc)
+                done[pno] = failed_page(doc, pno, exc)
         return [done[p] for p in page_numbers]
-
-    def parse_one_pdf_page_failed(self, doc: "pymupdf.Document", pno: int, exc: Exception) -> ParsedPage:
-        try:
-            r = doc.load_page(pno).rect
-            w, h = r.width, r.height
-        except Exception:  # noqa: BLE001
-            w = h = 0.0
-        return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
 
     def parse_text_page(self, page: "pymupdf.Page") -> ParsedPage:
         raw = self.extract(page)

@@ -34,7 +34,7 @@ import logging
 import warnings
 from typing import TYPE_CHECKING, Any
 
-from mage_gym.graph.parsers.base import Parser, is_absurd, needs_ocr
+from mage_gym.graph.parsers.base import Parser, failed_page, is_absurd, needs_ocr
 from mage_gym.graph.parsers.geometry import clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins
 from mage_gym.graph.schema import ParsedElement, ParsedPage
 
@@ -151,7 +151,7 @@ class LayoutParser(Parser):
                 else:
                     model_pages.append(pno)
             except Exception as exc:  # noqa: BLE001 - isolate one bad page
-                done[pno] = self._failed(doc, pno, exc)
+                done[pno] = failed_page(doc, pno, exc)
         for i in range(0, len(model_pages), self.batch_pages):
             batch = model_pages[i : i + self.batch_pages]
             try:
@@ -173,16 +173,7 @@ class LayoutParser(Parser):
                 page.warnings.append(f"layout model failed ({exc.__class__.__name__}: {exc}); used fast parser")
                 return page
             except Exception as exc2:  # noqa: BLE001
-                return self._failed(doc, pno, exc2)
-
-    @staticmethod
-    def _failed(doc: "pymupdf.Document", pno: int, exc: Exception) -> ParsedPage:
-        try:
-            r = doc.load_page(pno).rect
-            w, h = r.width, r.height
-        except Exception:  # noqa: BLE001
-            w = h = 0.0
-        return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
+                return failed_page(doc, pno, exc2)
 
     def parse_text_page(self, page: "pymupdf.Page") -> ParsedPage:
         return self._one_page_with_fallback(page.parent, page.number)

@@ -40,7 +40,8 @@ from mage_gym.data.io import data_root as default_data_root
 from mage_gym.graph.errors import DocumentError
 from mage_gym.graph.parsers import get_parser
 from mage_gym.graph.parsers import ocr as ocr_mod
-from mage_gym.graph.parsers.quality import CATEGORIES, Tally, load_gold_boxes, match_gold
+from mage_gym.graph.parsers.quality import (CATEGORIES, TYPED_CATEGORIES, Tally, best_overlap_type,
+                                            load_gold_boxes, match_gold)
 from mage_gym.graph.sources import open_source, page_count
 
 log = logging.getLogger("parser_quality")
@@ -60,6 +61,8 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     overall, by_type = Tally(), {c: Tally() for c in CATEGORIES}
     by_kind = {"text_layer": Tally(), "image_only": Tally()}
     by_type_any: dict[str, Tally] = {}  # a box counts under every type its questions cite
+    # gold category -> parsed type of the best-overlapping element (None = no element overlaps)
+    type_confusion: dict[str, dict[str, int]] = {c: {} for c in TYPED_CATEGORIES}
     by_doc: dict[str, Any] = {}
     secs_text: list[float] = []
     secs_image: list[float] = []
@@ -102,6 +105,10 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
                 t.add(ok, iou)
             for ty in b.types:
                 by_type_any.setdefault(ty, Tally()).add(ok, iou)
+            if b.category in type_confusion and page is not None and page.width > 0:
+                got = best_overlap_type(b.rescaled(page.width, page.height), [(e.bbox, e.type) for e in page.elements])
+                row = type_confusion[b.category]
+                row[str(got)] = row.get(str(got), 0) + 1
         by_doc[name] = {**doc_tally.as_dict(), "pages": len(pages), "seconds_per_page": round(dt, 3),
                         "image_only": image_only}
     ocr_pages = ocr_mod.OCR_STATS["pages"] - ocr0["pages"]
@@ -119,6 +126,9 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "by_type": {c: t.as_dict() for c, t in by_type.items() if t.n},
         "by_type_any": {c: by_type_any[c].as_dict() for c in sorted(by_type_any)},
         "by_page_kind": {k: t.as_dict() for k, t in by_kind.items()},
+        "type_confusion": type_confusion,
+        "type_accuracy": {c: round(sum(n for t, n in row.items() if t in TYPED_CATEGORIES[c])
+                                   / max(1, sum(row.values())), 4) for c, row in type_confusion.items()},
         "by_doc": by_doc,
         "seconds_per_page": {"median_doc": med(secs_all), "text_layer_median_doc": med(secs_text),
                              "image_only_median_doc": med(secs_image), "cpu_median_doc": med(cpu)},
@@ -136,6 +146,9 @@ def format_table(res: dict[str, Any]) -> str:
            f"{'group':12s} {'boxes':>6s} {'matched':>8s} {'rate':>6s} {'meanIoU':>8s}"]
     for name, t in rows:
         out.append(f"{name:12s} {t['boxes']:6d} {t['matched']:8d} {t['match_rate']:6.3f} {t['mean_iou']:8.3f}")
+    for cat, row in res.get("type_confusion", {}).items():
+        out.append(f"type of the element best overlapping a gold {cat} box (IoU >= 0.3): "
+                   f"right {res['type_accuracy'][cat]:.3f}; {dict(sorted(row.items(), key=lambda kv: -kv[1]))}")
     sp = res["seconds_per_page"]
     out.append(f"parse s/page (median over docs): all={sp['median_doc']} text-layer={sp['text_layer_median_doc']} "
                f"image-only={sp['image_only_median_doc']} (CPU s/page median={sp['cpu_median_doc']}); "

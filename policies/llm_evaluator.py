@@ -144,7 +144,8 @@ class LLMEvaluatorPolicy(BasePolicy):
     def _key(self, prompt: ReaderPrompt) -> str:
         ident = {**self.backend.identity(), "evaluator_prompt": EVALUATOR_PROMPT_VERSION}
         h = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode())
-        h.update(b"\x00system\x00" + prompt.system.encode() + b"\x00user\x00" + prompt.user_text().encode())
+        h.update(b"\x00system\x00" + prompt.system.encode() + b"\x00user\x00" + prompt.user_text().encode()
+                 + b"\x00prefix\x00" + prompt.response_prefix.encode())
         return h.hexdigest()
 
     def complete(self, prompt: ReaderPrompt) -> str:

@@ -19,7 +19,10 @@ from mage_gym.env import RoundDecision
 from mage_gym.readers.prompt import ReaderPrompt
 from policies.llm_decision import decision_to_xml
 
-EVALUATOR_PROMPT_VERSION = "mage-evaluator-v2"
+EVALUATOR_PROMPT_VERSION = "mage-evaluator-v3"
+#: The reply starts here (see ReaderPrompt.response_prefix): a small model continues inside the
+#: decision element instead of answering the question in prose.
+DECISION_PREFIX = "<agent_decision>\n  <"
 
 ROLE = (
     "You are the evidence controller of a question-answering system over one long document. "
@@ -75,6 +78,7 @@ class PromptConfig:
     max_candidates: int | None = 24
     max_state_chars: int | None = 12000
     examples: bool = True
+    prefill: bool = True  # start the reply with DECISION_PREFIX where the backend allows
 
 
 def examples_text() -> str:
@@ -131,4 +135,5 @@ def build_evaluator_prompt(text_view: str, m: int, cfg: PromptConfig = PromptCon
         user.append("## Examples\n" + examples_text())
     user.append("## Current state\n" + compact_view(text_view, cfg))
     user.append("## Your decision\n" + OUTPUT_FORMAT + "\n\nSituation: the current state above.\nDecision:")
-    return ReaderPrompt(system=system, parts=("\n\n".join(user) + "\n",), version=EVALUATOR_PROMPT_VERSION)
+    return ReaderPrompt(system=system, parts=("\n\n".join(user) + "\n",), version=EVALUATOR_PROMPT_VERSION,
+                        response_prefix=DECISION_PREFIX if cfg.prefill else "")

@@ -187,6 +187,30 @@ def test_build_then_cached(tmp_path, pdf, fake_parser):
     _assert_same(g1, g3)
 
 
+def test_graph_with_failed_pages_is_not_cached(tmp_path, pdf, monkeypatch):
+    """A page that failed (e.g. a transient ImportError) must not be frozen into the cache."""
+    from mage_gym.graph.schema import failure_warning
+
+    class FlakyParser(FakeParser):
+        def parse(self, source, pages=None, max_pages=None):
+            doc = super().parse(source, pages, max_pages)
+            if FakeParser.calls == 1:  # the first build loses page 2
+                doc.pages[2] = ParsedPage(index=2, width=0.0, height=0.0,
+                                          warnings=[failure_warning("parse failed", ImportError("half-installed"))])
+            return doc
+
+    FakeParser.calls = 0
+    monkeypatch.setattr(parsers_pkg, "get_parser", lambda name, **cfg: FlakyParser(**cfg))
+    cache = tmp_path / "cache"
+    g1 = build_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())
+    assert g1.meta["failed_pages"] == [2] and not g1.elements_of_page(2)
+    with pytest.raises(GraphNotBuiltError):
+        load_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())
+    g2 = build_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())  # parsed again, now whole
+    assert FakeParser.calls == 2 and g2.meta["failed_pages"] == [] and g2.elements_of_page(2)
+    assert build_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder()).meta["cache_hit"] is True
+
+
 def _assert_same(a, b, rebuilt: bool = False):
     assert a.pages == b.pages and a.elements == b.elements and a.edge_label == b.edge_label
     for name in ("edge_src", "edge_dst", "edge_kind", "edge_weight", "page_vectors", "element_vectors"):

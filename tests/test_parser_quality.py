@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 
 from mage_gym.graph.parsers.quality import (
+    best_overlap_type,
     Tally,
     evidence_category,
     load_gold_boxes,
@@ -75,6 +76,16 @@ def test_load_gold_boxes_dedups_and_parses_types(tmp_path: Path) -> None:
     assert by_page[2].category == "table" and by_page[3].category == "mixed"
     assert by_page[2].types == ("table",) and by_page[3].types == ("chart", "figure")
     assert by_page[2].rescaled(1224, 1584) == (20, 20, 200, 100)
+
+
+def test_best_overlap_type_names_the_most_overlapping_element() -> None:
+    gold = (100.0, 100.0, 300.0, 300.0)
+    elements = [((90.0, 90.0, 310.0, 310.0), "figure"), ((100.0, 100.0, 300.0, 200.0), "chart"),
+                ((0.0, 0.0, 50.0, 50.0), "table")]
+    assert best_overlap_type(gold, elements) == "figure"  # IoU 0.83 beats 0.5
+    assert best_overlap_type(gold, elements[1:]) == "chart"
+    assert best_overlap_type(gold, elements[2:]) is None  # no overlap
+    assert best_overlap_type(gold, [((100.0, 100.0, 300.0, 140.0), "chart")]) is None  # IoU 0.2 < 0.3
 
 
 def test_tally() -> None:

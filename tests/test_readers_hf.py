@@ -210,6 +210,26 @@ def test_causal_folder_is_a_text_reader(tiny_causal_dir, pdf_evidence):
     assert reader.model_id.startswith(tiny_causal_dir.name + ":")
 
 
+def test_response_prefix_is_fed_to_the_model_and_returned(tiny_causal_dir, monkeypatch):
+    from mage_gym.readers.prompt import ReaderPrompt
+
+    reader = HFReader(tiny_causal_dir, max_new_tokens=3)
+    loaded = reader.load()
+    seen = {}
+    real_generate = loaded.model.generate
+
+    def spy(**kwargs):
+        seen.update(kwargs)
+        return real_generate(**kwargs)
+
+    monkeypatch.setattr(loaded.model, "generate", spy)
+    prefix = "<agent_decision>\n  <"
+    reply = reader.generate(ReaderPrompt(system="sys", parts=("state",), response_prefix=prefix))
+    assert reply.startswith(prefix.strip())
+    fed = loaded.tokenizer.decode(seen["input_ids"][0], skip_special_tokens=False)
+    assert fed.rstrip().endswith("<agent_decision>\n  <")
+
+
 def test_long_evidence_is_cut_to_the_context_window(tiny_causal_dir):
     reader = HFReader(tiny_causal_dir, max_new_tokens=4, max_input_tokens=2000)
     loaded = reader.load()

@@ -25,6 +25,7 @@ from mage_gym.readers.base import RenderedImage, RenderedInput
 from mage_gym.readers.cache import CachedReader
 from mage_gym.readers.errors import ReaderError
 from mage_gym.readers.openai_compat import OpenAIReader
+from mage_gym.readers.prompt import ReaderPrompt
 from mage_gym.readers.smollm import smollm2_gguf_path
 
 XML = ('<evidence><page id="d:p0" number="1"><element id="d:p0:e0" type="paragraph">'
@@ -251,6 +252,20 @@ def test_images_are_sent_as_data_uris_interleaved_with_the_xml(scripted):
     text_only = OpenAIReader(model="m", base_url=srv.base, vision=False)
     text_only.read(rendered)
     assert isinstance(srv.requests[1]["body"]["messages"][1]["content"], str)
+
+
+def test_prefill_continues_the_assistant_turn_only_when_enabled(scripted):
+    srv = scripted([(200, {"content": 'action index="2"/></selected_actions></agent_decision>'})] * 2)
+    prompt = ReaderPrompt(system="s", parts=("state",), response_prefix="<agent_decision><selected_actions><")
+    on = OpenAIReader(model="m", base_url=srv.base, prefill=True)
+    assert on.generate(prompt) == '<agent_decision><selected_actions><action index="2"/></selected_actions></agent_decision>'
+    body = srv.requests[0]["body"]
+    assert body["messages"][-1] == {"role": "assistant", "content": "<agent_decision><selected_actions><"}
+    assert body["continue_final_message"] is True and body["add_generation_prompt"] is False
+    off = OpenAIReader(model="m", base_url=srv.base)  # generic servers: the prefix is not sent
+    assert off.generate(prompt).startswith("action index")
+    body = srv.requests[1]["body"]
+    assert [m["role"] for m in body["messages"]] == ["system", "user"] and "continue_final_message" not in body
 
 
 def test_concurrency_limit_holds_across_readers_of_one_server(scripted):

@@ -69,6 +69,27 @@ def test_image_folder_sorted_by_trailing_page_number(tmp_path: Path) -> None:
     assert page_count(src) == 6
 
 
+def test_glob_selects_one_document_of_a_shared_folder(tmp_path: Path) -> None:
+    """LongDocURL folders are named by 4 digits of doc_no, so two documents can share one."""
+    folder = tmp_path / "4127"
+    folder.mkdir()
+    for doc, pages in (("4127644", (0, 1, 10, 2)), ("4127999", (0, 1))):
+        for i in pages:
+            Image.new("RGB", (20, 30), (i, i, i)).save(folder / f"{doc}_{i}.png")
+    pattern = folder / "4127644_*.png"
+    src = open_source(pattern)
+    assert src.kind == "images" and Path(src.path) == folder.resolve()
+    assert [Path(f).stem for f in src.page_files] == ["4127644_0", "4127644_1", "4127644_2", "4127644_10"]
+    assert doc_id_for(pattern) == doc_id_for(src) == "4127644" and page_count(src) == 4
+    assert open_source(str(pattern)) == src
+    with pytest.raises(UnsupportedSourceError, match="matches no page images"):
+        open_source(folder / "999_*.png")
+    with pytest.raises(MissingDocumentError):
+        open_source(tmp_path / "nope" / "4127644_*.png")
+    with pytest.raises(UnsupportedSourceError, match="folder"):
+        open_source(tmp_path / "41*" / "4127644_*.png")
+
+
 def test_image_folder_without_numbers_uses_natural_order_and_folder_name(tmp_path: Path) -> None:
     folder = tmp_path / "scan set"
     folder.mkdir()

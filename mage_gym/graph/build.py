@@ -46,6 +46,7 @@ from mage_gym.graph.schema import (
     ParsedElement,
     ParsedPage,
     element_id,
+    is_failure,
     page_id,
 )
 from mage_gym.graph.store import GRAPH_VERSION, GraphNotBuiltError, cache_key, load_cached, save_graph
@@ -109,9 +110,15 @@ class EmbedConfig:
     fast parser), page recall@5 of the question vector against the page
     vectors: ``"text"`` 0.54; ``"mean"`` 0.64 with elements cut at 300
     characters, 0.62 at 600 (which costs ~40 % more tokens on a 10-K).
+    The cut: on 174 questions over 25 documents
+    (``experiments/embed_quality.py --docs 25 --element-chars 120 200 300``)
+    page recall@5 was 0.701 / 0.695 / 0.695 and best-element page recall@5
+    0.695 / 0.684 / 0.678 at 120 / 200 / 300 characters, for 231k / 308k /
+    372k tokens: the first sentence carries what dense retrieval uses, so
+    the default is 120 (BM25 and the reader still see the whole text).
     """
 
-    element_max_chars: int = 300
+    element_max_chars: int = 120
     page_max_chars: int = 1500
     page_vectors: str = "mean"  # "mean" | "text"
     dtype: str = "float32"  # "float32" | "float16" (halves cache size and load time)
@@ -434,6 +441,9 @@ def _worker_init(threads: int, load_encoder: bool) -> None:
     """Runs once in each worker: share the cores, load the encoder up front."""
     os.environ.setdefault("OMP_NUM_THREADS", str(threads))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from mage_gym.graph.onnx_threads import cap_onnx_threads
+
+    cap_onnx_threads(threads)  # the layout model and OCR would otherwise spin one thread per core each
     if load_encoder:
         import torch
 
@@ -560,7 +570,7 @@ def load_graph(source: str | Path | DocumentSource, parser: str = "layout", *, c
     src, did, digest = _resolve(source, doc_id)
     key = _settings_key(src, parser, dict(parser_cfg or {}), EdgeConfig.from_dict(edge_cfg),
                         EmbedConfig.from_dict(embed_cfg), encoder, did, max_pages, digest)
-    g = load_cached(key, cache_dir)
+    g = _load_complete(key, cache_dir)
     if g is None:
         raise GraphNotBuiltError(
             f"no cached graph for {src.path} (parser={parser}, max_pages={max_pages}); build it with "
@@ -601,7 +611,7 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
     src, did, digest = _resolve(source, doc_id)
     key = _settings_key(src, parser, pcfg, ecfg, mcfg, encoder, did, max_pages, digest)
     if cache:
-        g = load_cached(key, cache_dir)
+        g = _load_complete(key, cache_dir)
         if g is not None:
             return _attach(g, src, key, hit=True)
 
@@ -649,10 +659,35 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
     if "peak_rss_mib" in work:
         g.meta["worker_peak_rss_mib"] = round(work["peak_rss_mib"], 1)
     g.meta["cache_key"] = key
-    if cache:
+    failed = failed_pages(g)
+    g.meta["failed_pages"] = failed
+    if failed:
+        # Not cached: the failure may be transient (out of memory, an install broken mid-run), and a
+        # cached graph with empty pages would hide it from every later run.
+        log.warning("%s: %d of %d pages failed to parse (first: %s); the graph is not cached",
+                    src.path, len(failed), g.n_pages, next(w for w in g.meta["warnings"] if is_failure(w)))
+    elif cache:
         save_graph(g, key, cache_dir)
     g.meta["cache_hit"] = False
     return g
+
+
+def _load_complete(key: str, cache_dir: str | Path | None) -> EvidenceGraph | None:
+    """The cached graph, unless it has failed pages (entries written before such graphs were refused)."""
+    g = load_cached(key, cache_dir)
+    if g is not None and failed_pages(g):
+        log.warning("cached graph %s has failed pages %s; rebuilding", key[:12], failed_pages(g)[:5])
+        return None
+    return g
+
+
+def failed_pages(g: EvidenceGraph) -> list[int]:
+    """Indices of pages whose parse failed (their content is missing from the graph)."""
+    out = set()
+    for w in g.meta.get("warnings", []):
+        if is_failure(w) and w.startswith("p") and w[1:2].isdigit():
+            out.add(int(w[1:].split(":", 1)[0]))
+    return sorted(out)
 
 
 def _parallel(src: DocumentSource, parser: str, pcfg: dict, n: int, max_pages: int | None, mcfg: EmbedConfig,

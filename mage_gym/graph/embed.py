@@ -4,6 +4,12 @@ One encoder per process (:func:`get_encoder`): loading costs ~1 s and ~0.8 GB,
 so graph building, retrieval and policies share it. Vectors are float32 and
 L2-normalised, so a dot product is the cosine similarity.
 
+Precision: on a CPU with native bfloat16 (AVX512-BF16 or AMX) the weights run
+in bfloat16, which measured 2.4x the tokens/s of float32 on this machine
+(8.3k vs 3.5k tokens/s, 2 cores) with vectors at cosine 0.9999 (min 0.9965)
+to the float32 ones; ``MAGE_GYM_EMBED_PRECISION=float32`` turns it off. CPUs
+without it emulate bfloat16 slowly, so they stay in float32.
+
 No hub access: the model folder comes from the package (``get_model_path()``);
 ``HF_HUB_OFFLINE`` is set before transformers is imported so nothing tries the
 network.
@@ -17,6 +23,7 @@ from typing import Sequence
 import numpy as np
 
 EMBED_DIM = 384
+PRECISIONS = ("auto", "float32", "bfloat16")
 _LOCK = threading.Lock()
 _ENCODER: "TextEncoder | None" = None
 
@@ -27,7 +34,8 @@ class TextEncoder:
     name = "all-MiniLM-L6-v2"
     dim = EMBED_DIM
 
-    def __init__(self, model_path: str | None = None, device: str | None = None, max_length: int = 256) -> None:
+    def __init__(self, model_path: str | None = None, device: str | None = None, max_length: int = 256,
+                 precision: str | None = None) -> None:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")
         os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
         from mage_gym._compat import ensure_torchvision
@@ -46,12 +54,15 @@ class TextEncoder:
         self.max_length = max_length
         self._torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(model_path)
-        self.model = AutoModel.from_pretrained(model_path).to(self.device).eval()
+        self.precision = resolve_precision(precision, self.device)
+        dtype = torch.bfloat16 if self.precision == "bfloat16" else torch.float32
+        self.model = AutoModel.from_pretrained(model_path).to(self.device, dtype).eval()
 
-    def encode(self, texts: Sequence[str], batch_size: int = 64) -> np.ndarray:
+    def encode(self, texts: Sequence[str], batch_size: int = 16) -> np.ndarray:
         """Encode texts into a float32 [n, 384] matrix of unit vectors.
 
-        Empty strings get the zero vector (similarity 0 to everything), so
+        ``batch_size`` 16: on this CPU 16 beat 8, 32 and 64 (64 was 30 %
+        slower: long padded batches fall out of cache). Empty strings get the zero vector (similarity 0 to everything), so
         image-only elements never look related just because they are empty.
         """
         torch = self._torch
@@ -82,11 +93,41 @@ class TextEncoder:
                     [texts[i] for i in idx], padding=True, truncation=True,
                     max_length=self.max_length, return_tensors="pt",
                 ).to(self.device)
-                hidden = self.model(**batch).last_hidden_state
+                hidden = self.model(**batch).last_hidden_state.float()  # pool in float32
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, dim=-1)
                 out[idx] = pooled.float().cpu().numpy()
+
+
+def cpu_has_native_bf16() -> bool:
+    """True when the CPU multiplies bfloat16 natively (Linux flags; False elsewhere)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            flags = f.read()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def resolve_precision(precision: str | None, device: str) -> str:
+    """``"float32"`` or ``"bfloat16"``: the argument, else ``MAGE_GYM_EMBED_PRECISION``, else auto.
+
+    Auto picks bfloat16 only where it is fast: a CPU with native bfloat16, or a
+    CUDA device that supports it; everything else runs float32.
+    """
+    choice = precision or os.environ.get("MAGE_GYM_EMBED_PRECISION") or "auto"
+    if choice not in PRECISIONS:
+        raise ValueError(f"embedding precision must be one of {PRECISIONS}, got {choice!r}")
+    if choice != "auto":
+        return choice
+    if device == "cpu":
+        return "bfloat16" if cpu_has_native_bf16() else "float32"
+    if device.startswith("cuda"):
+        import torch
+
+        return "bfloat16" if torch.cuda.is_bf16_supported() else "float32"
+    return "float32"
 
 
 def get_encoder() -> TextEncoder:

@@ -172,3 +172,18 @@ def bbox_inside_fraction(inner: BBox, outer: BBox) -> float:
     inter = max(0.0, ix1 - ix0) * max(0.0, iy1 - iy0)
     area = max(0.0, inner[2] - inner[0]) * max(0.0, inner[3] - inner[1])
     return inter / area if area > 0 else 0.0
+
+
+#: Page warnings that mean "this page's content is missing because something failed".
+FAILURE_PREFIXES = ("parse failed:", "image unreadable:")
+
+
+def failure_warning(what: str, exc: BaseException) -> str:
+    """The warning text of a failed page (``what`` is one of :data:`FAILURE_PREFIXES` without the colon)."""
+    return f"{what}: {exc.__class__.__name__}: {exc}"
+
+
+def is_failure(warning: str) -> bool:
+    """True for a page warning written by :func:`failure_warning` (possibly prefixed with ``p<index>: ``)."""
+    text = warning.split(": ", 1)[1] if warning.startswith("p") and warning[1:2].isdigit() else warning
+    return text.startswith(FAILURE_PREFIXES)

@@ -9,10 +9,14 @@ before any worker process is spawned.
 Image folders: LongDocURL ships pages as ``<doc_no>_<i>.png`` with ``i`` the
 0-based page, so ``_10`` must sort after ``_9``; we sort by the trailing
 integer when every file has one, otherwise by a natural (digit-aware) name
-order. A single image file is accepted as a one-page document.
+order. A single image file is accepted as a one-page document, and a glob
+pattern over one folder (``<folder>/4127644_*.png``) selects one document's
+pages from a folder that holds several (LongDocURL folders are named by the
+first four digits of the document number, so two documents can share one).
 """
 from __future__ import annotations
 
+import glob as globlib
 import hashlib
 import os
 import re
@@ -66,6 +70,8 @@ def open_source(path: str | os.PathLike[str], validate: bool = True) -> Document
     worker; opening is lazy in PyMuPDF, so this costs milliseconds.
     """
     p = Path(path)
+    if is_glob(p):
+        return _open_image_glob(p)
     if not p.exists():
         raise MissingDocumentError(str(p), "no such file or folder")
     if p.is_dir():
@@ -82,6 +88,28 @@ def open_source(path: str | os.PathLike[str], validate: bool = True) -> Document
             open_pdf(src).close()
         return src
     raise UnsupportedSourceError(str(p), "neither a PDF nor an image folder")
+
+
+def is_glob(path: str | os.PathLike[str]) -> bool:
+    """True when the last part of ``path`` is a glob pattern (``*``, ``?`` or ``[...]``)."""
+    return globlib.has_magic(Path(path).name)
+
+
+def _glob_files(pattern: Path) -> list[Path]:
+    return [Path(f) for f in globlib.glob(str(pattern)) if Path(f).is_file() and Path(f).suffix.lower() in IMAGE_SUFFIXES]
+
+
+def _open_image_glob(pattern: Path) -> DocumentSource:
+    """The page images matching ``<folder>/<pattern>``, in page order; the folder is the source path."""
+    if globlib.has_magic(str(pattern.parent)):
+        raise UnsupportedSourceError(str(pattern), "only the file name may be a glob pattern, not the folder")
+    if not pattern.parent.is_dir():
+        raise MissingDocumentError(str(pattern), "no such folder")
+    files = _glob_files(pattern)
+    if not files:
+        raise UnsupportedSourceError(str(pattern), "the pattern matches no page images")
+    ordered = _sorted_page_files(files)
+    return DocumentSource("images", str(pattern.parent.resolve()), tuple(str(f.resolve()) for f in ordered))
 
 
 def _as_source(source: DocumentSource | str | os.PathLike[str]) -> DocumentSource:
@@ -147,7 +175,9 @@ def doc_id_for(path: str | os.PathLike[str] | DocumentSource) -> str:
         kind, src_path, files = path.kind, Path(path.path), [Path(f) for f in path.page_files]
     else:
         src_path = Path(path)
-        if src_path.is_dir():
+        if is_glob(src_path):
+            kind, files = "images", _glob_files(src_path)
+        elif src_path.is_dir():
             kind, files = "images", [f for f in src_path.iterdir() if f.suffix.lower() in IMAGE_SUFFIXES]
         elif src_path.suffix.lower() in IMAGE_SUFFIXES:
             kind, files = "images", [src_path]

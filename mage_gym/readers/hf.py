@@ -230,14 +230,16 @@ class HFReader(GenerativeReader):
         user = prompt.user_text()
         if getattr(tok, "chat_template", None):
             messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
-            enc = tok.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt",
-                                          return_dict=True)
+            text = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         else:
-            enc = tok(f"{prompt.system}\n\n{user}\n\nReply:\n", return_tensors="pt")
+            text = f"{prompt.system}\n\n{user}\n\nReply:\n"
+        # the chat template already holds the special tokens it needs
+        enc = tok(text + prompt.response_prefix, return_tensors="pt", add_special_tokens=False)
         enc = {k: v.to(loaded.device) for k, v in enc.items()}
         with torch.inference_mode():
             out = loaded.model.generate(**enc, **self._generation_kwargs(loaded))
-        return tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+        reply = tok.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return (prompt.response_prefix + reply).strip()
 
     def _generate_vl(self, loaded: LoadedModel, prompt: ReaderPrompt) -> str:
         import torch
@@ -253,11 +255,12 @@ class HFReader(GenerativeReader):
         messages = [{"role": "system", "content": [{"type": "text", "text": prompt.system}]},
                     {"role": "user", "content": content}]
         text = loaded.processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-        enc = loaded.processor(text=[text], images=images or None, return_tensors="pt")
+        enc = loaded.processor(text=[text + prompt.response_prefix], images=images or None, return_tensors="pt")
         enc = {k: (v.to(loaded.device) if hasattr(v, "to") else v) for k, v in enc.items()}
         with torch.inference_mode():
             out = loaded.model.generate(**enc, **self._generation_kwargs(loaded))
-        return loaded.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True).strip()
+        reply = loaded.tokenizer.decode(out[0, enc["input_ids"].shape[1]:], skip_special_tokens=True)
+        return (prompt.response_prefix + reply).strip()
 
 
 # --- helpers -----------------------------------------------------------------

@@ -80,7 +80,7 @@ class OpenAIReader(GenerativeReader):
                  backoff: float = 0.5, backoff_max: float = 8.0, max_concurrency: int = 4,
                  max_tokens: int = 256, temperature: float = 0.0, vision: bool = True,
                  image_format: str = "png", llm_extract: bool = False,
-                 extra_body: dict[str, Any] | None = None,
+                 extra_body: dict[str, Any] | None = None, prefill: bool = False,
                  sleep: Callable[[float], None] = time.sleep) -> None:
         base_url = base_url or os.environ.get("OPENAI_BASE_URL") or DEFAULT_BASE_URL
         parsed = urllib.parse.urlparse(base_url)
@@ -106,6 +106,10 @@ class OpenAIReader(GenerativeReader):
         self.image_format = "jpeg" if image_format.lower() == "jpg" else image_format.lower()
         self.llm_extract = bool(llm_extract)
         self.extra_body = dict(extra_body or {})
+        # Continue a partial assistant message (ReaderPrompt.response_prefix). Off by default: the
+        # request fields are vLLM's (continue_final_message / add_generation_prompt); other servers
+        # may reject them.
+        self.prefill = bool(prefill)
         self._sleep = sleep
         self._semaphore = server_semaphore(self.base_url, self.max_concurrency)
         host = (parsed.hostname or "").lower()
@@ -117,7 +121,7 @@ class OpenAIReader(GenerativeReader):
 
     def generation_params(self) -> dict[str, Any]:
         return {"max_tokens": self.max_tokens, "temperature": self.temperature,
-                "image_format": self.image_format, "extra_body": self.extra_body}
+                "image_format": self.image_format, "extra_body": self.extra_body, "prefill": self.prefill}
 
     # --- request building ---------------------------------------------------
 
@@ -132,7 +136,10 @@ class OpenAIReader(GenerativeReader):
                     user.append({"type": "text", "text": part})
                 else:
                     user.append({"type": "image_url", "image_url": {"url": self.data_uri(part)}})
-        return [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
+        messages = [{"role": "system", "content": prompt.system}, {"role": "user", "content": user}]
+        if self.prefill and prompt.response_prefix:
+            messages.append({"role": "assistant", "content": prompt.response_prefix})
+        return messages
 
     def data_uri(self, image: RenderedImage) -> str:
         pil = image.load()
@@ -150,6 +157,9 @@ class OpenAIReader(GenerativeReader):
     def generate(self, prompt: ReaderPrompt) -> str:
         payload = {"model": self.model, "messages": self.messages(prompt), "max_tokens": self.max_tokens,
                    "temperature": self.temperature, "stream": False, **self.extra_body}
+        prefix = prompt.response_prefix if self.prefill else ""
+        if prefix:
+            payload.update(continue_final_message=True, add_generation_prompt=False)
         body = self._post_with_retries(json.dumps(payload).encode("utf-8"))
         try:
             message = body["choices"][0]["message"]
@@ -159,7 +169,7 @@ class OpenAIReader(GenerativeReader):
         content = message.get("content") or ""
         if isinstance(content, list):  # some servers return content parts
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
-        return str(content).strip()
+        return (prefix + str(content)).strip()
 
     def _post_with_retries(self, data: bytes) -> dict[str, Any]:
         attempts = 0

@@ -64,6 +64,11 @@ class ReaderPrompt:
     system: str
     parts: tuple[Part, ...]
     version: str = PROMPT_VERSION
+    #: Text the reply must begin with ("prefill"). Backends that can continue an
+    #: assistant turn put it in the model's mouth and return it as part of the
+    #: reply: small models then keep to a format (e.g. ``<agent_decision>``)
+    #: that they drift from when only asked. Others ignore it.
+    response_prefix: str = ""
 
     @property
     def images(self) -> tuple[RenderedImage, ...]:

@@ -15,7 +15,7 @@ from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
 
 from mage_gym.graph.errors import PageLimitWarning
-from mage_gym.graph.schema import DocumentSource, ParsedDocument, ParsedPage
+from mage_gym.graph.schema import DocumentSource, ParsedDocument, ParsedPage, failure_warning
 
 if TYPE_CHECKING:  # pragma: no cover
     import pymupdf
@@ -91,7 +91,7 @@ def failed_page(doc: "pymupdf.Document", pno: int, exc: Exception) -> ParsedPage
         w, h = r.width, r.height
     except Exception:  # noqa: BLE001
         w = h = 0.0
-    return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
+    return ParsedPage(index=pno, width=w, height=h, warnings=[failure_warning("parse failed", exc)])
 
 
 def is_absurd(width: float, height: float) -> bool:
@@ -157,12 +157,7 @@ class Parser(ABC):
             return self.parse_text_page(page)
         except Exception as exc:  # noqa: BLE001 - isolate one bad page
             log.warning("page %d of %s failed: %s", pno, doc.name, exc)
-            try:
-                r = doc.load_page(pno).rect
-                w, h = r.width, r.height
-            except Exception:  # noqa: BLE001
-                w, h = 0.0, 0.0
-            return ParsedPage(index=pno, width=w, height=h, warnings=[f"parse failed: {exc.__class__.__name__}: {exc}"])
+            return failed_page(doc, pno, exc)
 
     @abstractmethod
     def parse_text_page(self, page: "pymupdf.Page") -> ParsedPage:
@@ -198,9 +193,10 @@ class Parser(ABC):
             except Exception as exc:  # noqa: BLE001 - one unreadable image costs one page
                 log.warning("image page %d of %s failed: %s", i, source.path, exc)
                 out.append(ParsedPage(index=i, width=0.0, height=0.0, image_only=True,
-                                      warnings=[f"image unreadable: {exc.__class__.__name__}: {exc}"]))
+                                      warnings=[failure_warning("image unreadable", exc)]))
         self.postprocess(out)
         return ParsedDocument(pages=out, parser=self.name, warnings=doc_warnings)
 
 
-__all__ = ["Parser", "select_pages", "needs_ocr", "is_absurd", "MAX_PAGE_SIDE_PT"]
+__all__ = ["Parser", "select_pages", "needs_ocr", "is_absurd", "MAX_PAGE_SIDE_PT",
+           "failed_page"]

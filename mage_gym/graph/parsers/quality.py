@@ -121,6 +121,27 @@ def match_gold(gold: BBox, elements: Sequence[BBox], inside: float = INSIDE_SHAR
     return iou >= min_iou, iou
 
 
+#: Gold categories whose element type we can check, and the parsed types that count as right.
+TYPED_CATEGORIES: dict[str, frozenset[str]] = {
+    "table": frozenset({"table"}), "chart": frozenset({"chart"}), "figure": frozenset({"figure"}),
+}
+
+
+def best_overlap_type(gold: BBox, elements: Sequence[tuple[BBox, str]], min_iou: float = 0.3) -> str | None:
+    """Type of the parsed element that overlaps ``gold`` most (IoU >= ``min_iou``), else None.
+
+    Why: box matching says whether a region was *found*; this says whether it
+    was *named* right (a chart typed ``figure`` is found but loses its chart
+    features in the environment and its crop in the reader input).
+    """
+    best, best_iou = None, min_iou
+    for box, kind in elements:
+        iou = bbox_iou(box, gold)
+        if iou >= best_iou:
+            best, best_iou = kind, iou
+    return best
+
+
 @dataclass
 class Tally:
     n: int = 0
@@ -143,5 +164,5 @@ class Tally:
 
 __all__ = [
     "EVIDENCE_TYPES", "CATEGORIES", "GoldBox", "load_gold_boxes", "match_gold", "rescale_bbox",
-    "evidence_category", "Tally",
+    "evidence_category", "Tally", "TYPED_CATEGORIES", "best_overlap_type",
 ]

@@ -113,6 +113,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
                         "image_only": image_only}
     ocr_pages = ocr_mod.OCR_STATS["pages"] - ocr0["pages"]
     ocr_secs = ocr_mod.OCR_STATS["seconds"] - ocr0["seconds"]
+    ocr_cached = ocr_mod.OCR_STATS["cached"] - ocr0["cached"]
 
     def med(xs: list[float]) -> float | None:
         return round(statistics.median(xs), 3) if xs else None
@@ -132,7 +133,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "by_doc": by_doc,
         "seconds_per_page": {"median_doc": med(secs_all), "text_layer_median_doc": med(secs_text),
                              "image_only_median_doc": med(secs_image), "cpu_median_doc": med(cpu)},
-        "ocr": {"pages": int(ocr_pages), "seconds": round(ocr_secs, 2),
+        "ocr": {"pages": int(ocr_pages), "cached_pages": int(ocr_cached), "seconds": round(ocr_secs, 2),
                 "seconds_per_page": round(ocr_secs / ocr_pages, 3) if ocr_pages else None,
                 "note": "line-grouping OCR only; pymupdf4llm's own OCR (image_ocr=layout) is in seconds_per_page"},
         "errors": errors,
@@ -152,7 +153,7 @@ def format_table(res: dict[str, Any]) -> str:
     sp = res["seconds_per_page"]
     out.append(f"parse s/page (median over docs): all={sp['median_doc']} text-layer={sp['text_layer_median_doc']} "
                f"image-only={sp['image_only_median_doc']} (CPU s/page median={sp['cpu_median_doc']}); "
-               f"OCR s/page={res['ocr']['seconds_per_page']}")
+               f"OCR s/page={res['ocr']['seconds_per_page']} ({res['ocr']['cached_pages']} pages from the OCR cache)")
     return "\n".join(out)
 
 

@@ -255,6 +255,33 @@ def test_image_only_pdf_page_goes_through_ocr(scanned_pdf: Path, name: str) -> N
     assert letters >= 0.9 * sum(c.isalpha() for c in LOREM)
 
 
+def test_ocr_results_are_cached_by_pixels(tmp_path: Path, monkeypatch) -> None:
+    """A second OCR of the same pixels comes from the disk cache with the same lines; a broken
+    entry is recomputed; other pixels miss; MAGE_GYM_OCR_CACHE=0 turns the cache off."""
+    import numpy as np
+    from PIL import Image, ImageDraw
+
+    from mage_gym.graph.parsers import ocr, ocr_cache
+
+    monkeypatch.setenv("MAGE_GYM_CACHE", str(tmp_path))
+    img = Image.new("RGB", (420, 90), "white")
+    ImageDraw.Draw(img).text((10, 30), "Cached revenue 2021", fill="black", font_size=28)
+    rgb = np.asarray(img)
+    first_pages, first_cached = ocr.OCR_STATS["pages"], ocr.OCR_STATS["cached"]
+    a = ocr.ocr_array(rgb, 2.0)
+    b = ocr.ocr_array(rgb, 2.0)
+    assert a and a == b and "revenue" in " ".join(ln.text for ln in a).lower()
+    assert ocr.OCR_STATS["pages"] == first_pages + 1 and ocr.OCR_STATS["cached"] == first_cached + 1
+    assert a[0].bbox[2] <= 210  # page units = array pixels / scale, also for cached lines
+    key = ocr_cache.image_key(rgb, ocr.engine_id())
+    (ocr_cache.cache_dir() / key[:2] / f"{key}.json").write_text("{not json")
+    assert ocr.ocr_array(rgb, 2.0) == a and ocr.OCR_STATS["pages"] == first_pages + 2
+    assert ocr_cache.image_key(rgb[:, :-1].copy(), ocr.engine_id()) != key
+    monkeypatch.setenv("MAGE_GYM_OCR_CACHE", "0")
+    ocr.ocr_array(rgb, 2.0)
+    assert ocr.OCR_STATS["pages"] == first_pages + 3
+
+
 def test_ocr_can_be_disabled(scanned_pdf: Path) -> None:
     out = get_parser("fast", ocr=False).parse(open_source(scanned_pdf))
     assert not out.pages[0].image_only and all(e.type in ("figure", "chart") for e in out.pages[0].elements)

@@ -40,8 +40,9 @@ MAX_OCR_SIDE = 3000
 MIN_LINE_SCORE = 0.5
 
 _ENGINE: Any = None
-#: Seconds spent in OCR in this process and pages OCR'd (for benchmarks).
-OCR_STATS: dict[str, float] = {"pages": 0, "seconds": 0.0}
+#: Seconds spent in OCR in this process and pages OCR'd (for benchmarks); pages answered
+#: from the OCR cache (:mod:`.ocr_cache`) are counted apart, under ``cached``.
+OCR_STATS: dict[str, float] = {"pages": 0, "seconds": 0.0, "cached": 0}
 
 _BULLET = re.compile(r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u27a2\u25ba\u2713\u2714\u00bb]|([\-\u2013\u2014\*]|\(?\d{1,2}[.)]|\(?[a-hA-H][.)])\s+)")
 _CAPTION = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|source)\s*[\dIVX]*[.:\s]", re.IGNORECASE)
@@ -72,21 +73,47 @@ def get_engine() -> Any:
     return _ENGINE
 
 
-def ocr_array(rgb: "np.ndarray", scale: float) -> list[OcrLine]:
-    """OCR an RGB uint8 array; ``scale`` = array pixels per page unit."""
+def engine_id() -> str:
+    """What the OCR output depends on besides the pixels (part of the OCR cache key)."""
+    try:
+        from importlib.metadata import version
+
+        ver = version("rapidocr-onnxruntime")
+    except Exception:  # noqa: BLE001 - metadata missing: still a usable key
+        ver = "unknown"
+    return f"rapidocr-onnxruntime=={ver};use_cls=False;min_score={MIN_LINE_SCORE}"
+
+
+def _run_engine(rgb: "np.ndarray") -> list[tuple[tuple[float, float, float, float], str, float]]:
+    """RapidOCR on ``rgb``: (box in array pixels, text, score) per kept line."""
     t0 = time.perf_counter()
     result, _ = get_engine()(rgb, use_cls=False)
     OCR_STATS["seconds"] += time.perf_counter() - t0
     OCR_STATS["pages"] += 1
-    lines: list[OcrLine] = []
+    raw = []
     for quad, text, score in result or []:
         text = " ".join(str(text).split())
         if not text or float(score) < MIN_LINE_SCORE:
             continue
         xs = [float(p[0]) for p in quad]
         ys = [float(p[1]) for p in quad]
-        lines.append(OcrLine((min(xs) / scale, min(ys) / scale, max(xs) / scale, max(ys) / scale), text, float(score)))
-    return lines
+        raw.append(((min(xs), min(ys), max(xs), max(ys)), text, float(score)))
+    return raw
+
+
+def ocr_array(rgb: "np.ndarray", scale: float) -> list[OcrLine]:
+    """OCR an RGB uint8 array (through the OCR cache); ``scale`` = array pixels per page unit."""
+    from mage_gym.graph.parsers import ocr_cache
+
+    key = ocr_cache.image_key(rgb, engine_id()) if ocr_cache.enabled() else ""
+    raw = ocr_cache.load(key) if key else None
+    if raw is None:
+        raw = _run_engine(rgb)
+        if key:
+            ocr_cache.save(key, raw)
+    else:
+        OCR_STATS["cached"] += 1
+    return [OcrLine((b[0] / scale, b[1] / scale, b[2] / scale, b[3] / scale), text, score) for b, text, score in raw]
 
 
 # --- grouping ---------------------------------------------------------------------

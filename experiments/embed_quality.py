@@ -23,7 +23,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
 import sys
 import time
@@ -34,6 +33,8 @@ import numpy as np
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _common import write_json  # noqa: E402  (experiments/ is on sys.path when run as a script)
 
 
 def recall_at(scores: np.ndarray, gold: set[int], k: int) -> float:
@@ -119,10 +120,7 @@ def main() -> None:
     if agreement:
         summary["element_cosine"] = {"mean": float(np.mean(agreement)), "min": float(np.min(agreement))}
         print(f"element vector cosine between precisions: mean {np.mean(agreement):.4f}, min {np.min(agreement):.4f}")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(summary, indent=2))
-    print(f"wrote {out / 'results.json'}")
+    print(f"wrote {write_json(Path(args.out) / 'results.json', summary)}")
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import statistics
@@ -35,6 +34,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
+
+from _common import write_json  # noqa: E402  (experiments/ is on sys.path when run as a script)
 
 from mage_gym.data.io import data_root  # noqa: E402
 
@@ -104,10 +105,7 @@ def main() -> None:
         summary["settings"][str(m)] = s
         print(f"min_short_side={m:<5d} word recall {s['recall']:.3f}  precision {s['precision']:.3f}  "
               f"{s['seconds']:.2f} s/page")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(summary, indent=2))
-    print(f"wrote {out / 'results.json'}")
+    print(f"wrote {write_json(Path(args.out) / 'results.json', summary)}")
 
 
 if __name__ == "__main__":

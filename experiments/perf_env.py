@@ -26,7 +26,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import multiprocessing as mp
 import os
 import platform
@@ -210,10 +209,9 @@ def main() -> None:
     results["memory"] = mem
     print(f"memory: graph {mem['graph_mb']:.0f} MB, first env {mem['first_env_mb']:.1f} MB, "
           f"each additional env {mem['per_additional_env_mb']:.2f} MB ({mem['envs']} envs)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    print(f"wrote {out / 'results.json'}")
+    from _common import write_json  # experiments/ is on sys.path when run as a script
+
+    print(f"wrote {write_json(Path(args.out) / 'results.json', results)}")
 
 
 if __name__ == "__main__":

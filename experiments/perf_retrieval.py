@@ -23,7 +23,6 @@ Run::
 from __future__ import annotations
 
 import argparse
-import json
 import platform
 import statistics
 import time
@@ -162,10 +161,9 @@ def main() -> None:
         print(f"MiniLM load {results['encoder_load_s']:.2f} s; encode question "
               f"{results['encode_question_ms_median']:.2f} ms; encode question+node text "
               f"{results['encode_search_query_ms_median']:.2f} ms (median)")
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "results.json").write_text(json.dumps(results, indent=2))
-    print(f"wrote {out / 'results.json'}")
+    from _common import write_json  # experiments/ is on sys.path when run as a script
+
+    print(f"wrote {write_json(Path(args.out) / 'results.json', results)}")
 
 
 if __name__ == "__main__":

@@ -675,8 +675,9 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
 def _load_complete(key: str, cache_dir: str | Path | None) -> EvidenceGraph | None:
     """The cached graph, unless it has failed pages (entries written before such graphs were refused)."""
     g = load_cached(key, cache_dir)
-    if g is not None and failed_pages(g):
-        log.warning("cached graph %s has failed pages %s; rebuilding", key[:12], failed_pages(g)[:5])
+    failed = failed_pages(g) if g is not None else []
+    if failed:
+        log.warning("cached graph %s has failed pages %s; rebuilding", key[:12], failed[:5])
         return None
     return g
 

@@ -97,7 +97,7 @@ class TextEncoder:
                 mask = batch["attention_mask"].unsqueeze(-1).to(hidden.dtype)
                 pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
                 pooled = torch.nn.functional.normalize(pooled, dim=-1)
-                out[idx] = pooled.float().cpu().numpy()
+                out[idx] = pooled.cpu().numpy()
 
 
 def cpu_has_native_bf16() -> bool:

@@ -28,10 +28,10 @@ def cap_onnx_threads(threads: int) -> bool:
         import onnxruntime as ort
     except ImportError:  # pragma: no cover - onnxruntime is a dependency
         return False
-    if _CAPPED is not None:
-        _CAPPED = threads
-        return True
+    already_wrapped = _CAPPED is not None
     _CAPPED = threads
+    if already_wrapped:
+        return True
     original = ort.InferenceSession.__init__
 
     def __init__(self: Any, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:

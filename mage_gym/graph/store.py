@@ -69,9 +69,9 @@ def default_cache_dir() -> Path:
     ``MAGE_GYM_CACHE`` names the project's cache root so other caches (reader
     responses, retriever indexes) can live beside the graphs.
     """
-    root = os.environ.get("MAGE_GYM_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "mage_gym"
-    return base / "graphs"
+    from mage_gym.paths import cache_root as project_cache_root
+
+    return project_cache_root() / "graphs"
 
 
 def _canonical(obj: Any) -> str:

@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from mage_gym.paths import cache_root
+
 MARKER = "mage_gguf.json"
 
 
@@ -35,11 +37,6 @@ class GGUFLoadInfo:
     gguf_file: Path
     sha256: str
     seconds: float
-
-
-def cache_root() -> Path:
-    """``$MAGE_GYM_CACHE`` (default ``~/.cache/mage_gym``)."""
-    return Path(os.environ.get("MAGE_GYM_CACHE") or Path.home() / ".cache" / "mage_gym")
 
 
 def file_sha256(path: Path, memo_dir: Path | None = None) -> str:

@@ -18,6 +18,7 @@ page units (points for PDFs, source pixels for images).
 """
 from __future__ import annotations
 
+import functools
 import os
 import re
 import statistics
@@ -73,6 +74,7 @@ def get_engine() -> Any:
     return _ENGINE
 
 
+@functools.lru_cache(maxsize=1)
 def engine_id() -> str:
     """What the OCR output depends on besides the pixels (part of the OCR cache key)."""
     try:

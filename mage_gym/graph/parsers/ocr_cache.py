@@ -34,9 +34,9 @@ def enabled() -> bool:
 
 
 def cache_dir() -> Path:
-    root = os.environ.get("MAGE_GYM_CACHE")
-    base = Path(root).expanduser() if root else Path.home() / ".cache" / "mage_gym"
-    return base / "ocr"
+    from mage_gym.paths import cache_root
+
+    return cache_root() / "ocr"
 
 
 def image_key(rgb: "np.ndarray", engine_id: str) -> str:
@@ -61,17 +61,16 @@ def load(key: str) -> list[RawLine] | None:
 def save(key: str, lines: list[RawLine]) -> None:
     """Write atomically; a failure to write only costs the reuse, never the build."""
     path = _path(key)
+    tmp: Path | None = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
-        with os.fdopen(fd, "w") as fh:
+        with tempfile.NamedTemporaryFile("w", dir=path.parent, suffix=".tmp", delete=False) as fh:
+            tmp = Path(fh.name)
             json.dump({"lines": [[list(b), t, s] for b, t, s in lines]}, fh)
         os.replace(tmp, path)
     except OSError:
-        try:
-            os.unlink(tmp)  # type: ignore[possibly-undefined]
-        except (OSError, NameError):
-            pass
+        if tmp is not None:
+            tmp.unlink(missing_ok=True)
 
 
 __all__ = ["RawLine", "enabled", "cache_dir", "image_key", "load", "save"]

@@ -282,6 +282,9 @@ def test_chunks_are_contiguous_and_cover():
         assert [p for c in ch for p in c] == list(range(n))
         assert all(len(c) <= 32 for c in ch)
         assert n < 4 * w or len(ch) >= min(2 * w, n // 4)
+        sizes = [len(c) for c in ch]
+        assert all(a >= b for a, b in zip(sizes[:-1], sizes[1:])), sizes  # big first, small last
+        assert n < 8 or sizes[-1] <= 4
 
 
 def test_load_graph_imports_no_parser_pdf_library_or_torch(tmp_path, pdf, fake_parser):

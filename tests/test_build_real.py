@@ -19,14 +19,20 @@ IMAGES = "longdocurl-sample/pdf_pngs/4000-4999/4127"
 
 
 def _same(a, b, rebuilt: bool) -> None:
+    """Equal graphs; a rebuild may differ in the encoder's last digits, never in nodes or edges.
+
+    The bfloat16 encoder's vectors change by up to ~2e-3 with batch
+    composition (which texts a worker embeds together), so similarities and
+    vectors of a rebuild are compared with that tolerance.
+    """
     assert a.node_ids == b.node_ids
     assert a.pages == b.pages and a.elements == b.elements and a.edge_label == b.edge_label
-    for name in ("edge_src", "edge_dst", "edge_kind", "edge_weight"):
+    for name in ("edge_src", "edge_dst", "edge_kind"):
         assert np.array_equal(getattr(a, name), getattr(b, name)), name
-    for name in ("page_vectors", "element_vectors"):
+    for name in ("edge_weight", "page_vectors", "element_vectors"):
         x, y = getattr(a, name), getattr(b, name)
-        if rebuilt:  # a fresh encoder run may differ in the last bits
-            np.testing.assert_allclose(x, y, atol=1e-5)
+        if rebuilt:
+            np.testing.assert_allclose(x, y, atol=5e-3, err_msg=name)
         else:
             assert x.dtype == y.dtype and np.array_equal(x, y), name
 
@@ -87,11 +93,11 @@ def test_paper_ids_stable_and_cache_exact(paper_graphs):
 def test_filing_fast_parser_two_workers(data_root, tmp_path):
     path = _path(data_root, FILING)
     try:
-        g = build_graph(path, "fast", cache_dir=tmp_path, max_pages=4, workers=2)
-        g1 = build_graph(path, "fast", cache_dir=tmp_path, max_pages=4, workers=1, cache=False)
+        g = build_graph(path, "fast", cache_dir=tmp_path, workers=2)  # 9 pages: chunks of 4, 4 and 1
+        g1 = build_graph(path, "fast", cache_dir=tmp_path, workers=1, cache=False)
     finally:
         shutdown_pool()
-    assert g.n_pages == 4 and "table" in g.element_type_counts()
+    assert g.n_pages == 9 and "table" in g.element_type_counts()
     assert all(c > 0 for c in g.edge_counts().values()), g.edge_counts()
     _same(g, g1, rebuilt=True)  # chunked worker build == single-process build
     table = next(e for e in g.elements if e.type == "table")

@@ -1,4 +1,4 @@
-"""Worker processes cap ONNX Runtime threads (see mage_gym/graph/onnx_threads.py)."""
+"""Worker processes configure ONNX Runtime sessions (see mage_gym/graph/onnx_threads.py)."""
 from __future__ import annotations
 
 import subprocess
@@ -6,7 +6,7 @@ import sys
 import textwrap
 
 
-def test_sessions_created_after_the_cap_use_one_thread():
+def test_sessions_created_after_the_cap_use_one_thread_and_the_arena():
     """Run in a child: the patch is process-wide and must not leak into the test process."""
     code = textwrap.dedent("""
         import pathlib, onnxruntime as ort, rapidocr_onnxruntime
@@ -16,15 +16,17 @@ def test_sessions_created_after_the_cap_use_one_thread():
         seen = []
         orig = ort.InferenceSession._create_inference_session
         def spy(self, *a, **k):
-            seen.append(self._sess_options.intra_op_num_threads)
+            seen.append((self._sess_options.intra_op_num_threads, self._sess_options.enable_cpu_mem_arena))
             return orig(self, *a, **k)
         ort.InferenceSession._create_inference_session = spy
         assert cap_onnx_threads(1)
         ort.InferenceSession(data, providers=["CPUExecutionProvider"])
-        explicit = ort.SessionOptions(); explicit.intra_op_num_threads = 3
+        no_arena = ort.SessionOptions(); no_arena.enable_cpu_mem_arena = False  # what pymupdf.layout passes
+        ort.InferenceSession(data, no_arena, providers=["CPUExecutionProvider"])
+        explicit = ort.SessionOptions(); explicit.intra_op_num_threads = 3; explicit.enable_cpu_mem_arena = False
         ort.InferenceSession(data, explicit, providers=["CPUExecutionProvider"])
         print(seen)
     """)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
-    assert out.stdout.strip() == "[1, 3]"
+    assert out.stdout.strip() == "[(1, True), (1, True), (3, False)]"

@@ -15,7 +15,7 @@ from mage_gym.graph.parsers.base import select_pages
 from mage_gym.graph.parsers.geometry import join_lines, xy_cut_order
 from mage_gym.graph.parsers.ocr import OcrLine, group_lines
 from mage_gym.graph.parsers.tables import text_grid_tables
-from mage_gym.graph.schema import ParsedDocument, bbox_iou
+from mage_gym.graph.schema import ParsedDocument, ParsedPage, bbox_iou
 from mage_gym.graph.sources import open_source
 
 PARSERS = ["fast", "layout"]
@@ -391,3 +391,89 @@ def test_merge_list_items_merges_short_runs_only() -> None:
     out = merge_list_items(short + [para] + long)
     assert [e.type for e in out] == ["list", "paragraph", "list", "list", "list"]
     assert out[0].text == "\u2022 item 0\n\u2022 item 1\n\u2022 item 2" and out[0].bbox == (50, 100, 300, 139)
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("name, pages, chunk", [("fast", range(0, 49), [2, 3]), ("layout", range(0, 16), [13, 14, 15])])
+def test_real_page_chunks_parse_like_the_whole_document(data_root: Path, name: str, pages: range,
+                                                        chunk: list[int]) -> None:
+    """A parallel build parses page chunks; a page must not depend on which chunk it came in.
+
+    Font statistics (body size, heading sizes) are the document's, not the
+    chunk's: on this paper, chunk-local statistics gave other heading levels.
+    """
+    src = open_source(data_root / "mmlongbench-dev" / "documents" / "2312.09390v1.pdf")
+    parser = get_parser(name)
+    whole = parser.parse(src, pages=list(pages))
+    part = parser.parse(src, pages=chunk)
+
+    def view(page: ParsedPage) -> list[tuple]:
+        return [(e.type, e.heading_level, e.text, tuple(round(v, 2) for v in e.bbox)) for e in page.elements]
+
+    for k, pno in enumerate(chunk):
+        assert view(part.pages[k]) == view(whole.pages[list(pages).index(pno)]), f"page {pno}"
+    assert any(e.type == "title" for pno in chunk for e in whole.pages[list(pages).index(pno)].elements)
+
+
+def _line(x0: float, y0: float, x1: float, text: str, size: float = 10.0, bold: bool = False) -> "Line":
+    from mage_gym.graph.parsers.fast import Line
+
+    return Line((x0, y0, x1, y0 + size), text, size, bold, len(text))
+
+
+def test_join_blocks_rejoins_hanging_indents_and_section_numbers() -> None:
+    from mage_gym.graph.parsers.fast import Block, _join_blocks
+
+    full = "x" * 80
+    blocks = [
+        Block([_line(108, 100, 114, "2", size=12)]),  # section number set apart from its heading
+        Block([_line(127, 100, 211, "RELATED WORK", size=10.2)]),
+        Block([_line(108, 130, 504, "Clark, Lee, and Krist" + full)]),  # reference entry, first line alone
+        Block([_line(118, 141, 504, "Toutanova. BoolQ" + full), _line(118, 152, 300, "In NAACL, 2019.")]),
+        Block([_line(108, 163, 504, "A finished sentence" + full + ".")]),  # sentence end: a new block follows
+        Block([_line(108, 174, 504, "Next paragraph" + full)]),
+        Block([_line(130, 185, 300, "EVIDENCE Q: QUESTION"), _line(130, 196, 280, "The answer")]),  # indented
+    ]
+    out = _join_blocks(blocks)
+    texts = [b.text for b in out]
+    assert texts[0] == "2 RELATED WORK" and out[0].lines[0].size == 12
+    assert texts[1].startswith("Clark") and texts[1].endswith("In NAACL, 2019.") and len(out[1].lines) == 3
+    assert texts[2].startswith("A finished") and texts[3].startswith("Next paragraph")
+    assert texts[4].startswith("EVIDENCE") and len(out) == 5
+
+
+def test_join_blocks_keeps_table_cells_and_lists_apart() -> None:
+    from mage_gym.graph.parsers.fast import Block, _join_blocks
+
+    cells = [Block([_line(100, 100 + 11 * i, 160, f"{i},234")]) for i in range(4)]  # narrow: never "full" lines
+    assert len(_join_blocks(cells)) == 4
+    items = [Block([_line(108, 100, 504, "\u2022 first item " + "y" * 80)]),
+             Block([_line(108, 111, 504, "\u2022 second item " + "y" * 80)])]
+    assert len(_join_blocks(items)) == 2
+
+
+def test_document_stats_are_computed_once_per_document_version(tmp_path: Path, monkeypatch) -> None:
+    """Chunks of one document share its statistics; a changed file gets new ones."""
+    import shutil
+
+    from mage_gym.graph.parsers import fast
+
+    path = tmp_path / "report.pdf"
+    build_report_pdf(path)
+    calls: list[list[int]] = []
+    real = fast.document_stats
+    monkeypatch.setattr(fast, "document_stats", lambda doc, scope, **kw: calls.append(scope) or real(doc, scope, **kw))
+    parser = get_parser("fast")
+    n = pymupdf.open(path).page_count
+    first = parser.parse(open_source(path), pages=[0])
+    parser.parse(open_source(path), pages=[n - 1])
+    assert calls == [list(range(n))] and parser.stats is None  # stats belong to a parse call only
+    parser.parse(open_source(path), pages=[0], max_pages=1)  # another scope: other statistics
+    assert len(calls) == 2 and calls[-1] == [0]
+    other = tmp_path / "other.pdf"
+    doc = pymupdf.open()
+    doc.new_page().insert_text((72, 72), "A different document", fontsize=30)
+    doc.save(other)
+    shutil.copy(other, path)  # same path, new bytes
+    again = parser.parse(open_source(path), pages=[0])
+    assert len(calls) == 3 and again.pages[0].elements != first.pages[0].elements

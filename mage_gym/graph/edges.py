@@ -313,6 +313,10 @@ def _section(out: _Collector, n_pages: int, elements: Sequence[Element]) -> None
     out.add("section", n_pages + par[child], n_pages + child, label=labels)
 
 
+#: similarities closer than 1 / RANK_GRID count as tied when ranking neighbours (see :func:`knn_pairs`)
+RANK_GRID = 100
+
+
 def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Unordered pairs ``(i < j)`` where j is among i's k most similar rows or vice versa.
 
@@ -320,6 +324,12 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) ->
     floats, so thousands of elements take milliseconds. Pairs below
     ``min_sim`` are dropped; zero vectors (empty text) never pass a positive
     threshold. Returns ``(i, j, sim)`` sorted by ``(i, j)``.
+
+    Neighbours are ranked by similarity rounded to ``1 / RANK_GRID``, then by
+    distance in reading order (nearer first). Why: repeated texts have equal
+    vectors, and the encoder's last digits change with batch composition and
+    thread count; ranking by raw similarity let that noise pick among tied
+    neighbours, so the graph changed with the number of build workers.
     """
     n = int(vectors.shape[0])
     k = min(k, n - 1)
@@ -334,7 +344,9 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) ->
         hi = min(n, lo + block)
         s = v[lo:hi] @ v.T  # [b, n]
         s[np.arange(hi - lo), np.arange(lo, hi)] = -np.inf
-        top = np.argpartition(-s, k - 1, axis=1)[:, :k]
+        dist = np.abs(np.arange(lo, hi)[:, None] - np.arange(n)[None, :]) / (n * RANK_GRID)  # < one grid step
+        rank = np.round(s.astype(np.float64) * RANK_GRID) / RANK_GRID - dist
+        top = np.argpartition(-rank, k - 1, axis=1)[:, :k]
         ts = np.take_along_axis(s, top, axis=1)
         keep = ts >= min_sim
         r = np.broadcast_to(np.arange(lo, hi)[:, None], top.shape)

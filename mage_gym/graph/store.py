@@ -39,7 +39,7 @@ from mage_gym.graph.schema import DocumentSource, Element, Page
 
 #: Bump whenever the builder's output for the same input changes (edges,
 #: summaries, ids, normalisation). Old entries then become misses.
-GRAPH_VERSION = "1"
+GRAPH_VERSION = "2"
 FORMAT = 1
 MANIFEST = "manifest.json"
 RECORDS = "records.json"

@@ -10,6 +10,7 @@ text layer into elements. One broken page must cost that page (an empty
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, Sequence
@@ -112,6 +113,9 @@ class Parser(ABC):
         self.ocr_enabled = ocr
         self.ocr_dpi = ocr_dpi
         self.cfg = cfg
+        #: the current document's statistics (see :meth:`document_stats`), set while it is parsed
+        self.stats: Any = None
+        self._stats_memo: tuple[Any, Any] = (None, None)
 
     # --- public ---------------------------------------------------------------
 
@@ -130,13 +134,46 @@ class Parser(ABC):
             chosen, doc_warnings = select_pages(doc.page_count, pages, max_pages, source.path)
             if doc.is_repaired:
                 doc_warnings.append("PDF was damaged and repaired by MuPDF; some pages may be incomplete")
+            self.stats = self._memo_stats(source, doc, max_pages)
             parsed = self.parse_pdf_pages(doc, chosen)
         finally:
+            self.stats = None
             doc.close()
         self.postprocess(parsed)
         return ParsedDocument(pages=parsed, parser=self.name, warnings=doc_warnings)
 
+    def _memo_stats(self, source: DocumentSource, doc: "pymupdf.Document", max_pages: int | None) -> Any:
+        """:meth:`document_stats` of the whole document (up to ``max_pages``), computed once.
+
+        Why whole-document and memoized: a parallel build parses a document in
+        page chunks, one :meth:`parse` call each. Statistics taken from a
+        chunk's own pages made the graph depend on the number of workers
+        (heading levels differed between ``workers=1`` and ``workers=2``).
+        A worker parses consecutive chunks of one document, so one memo entry
+        is enough.
+        """
+        n = doc.page_count if max_pages is None or max_pages < 0 else min(doc.page_count, max_pages)
+        scope = list(range(n))
+        try:
+            st = os.stat(source.path)
+            key: Any = (str(source.path), st.st_size, st.st_mtime_ns, len(scope))
+        except OSError:
+            key = None  # not a file on disk: compute every time
+        if key is not None and self._stats_memo[0] == key:
+            return self._stats_memo[1]
+        stats = self.document_stats(doc, scope)
+        self._stats_memo = (key, stats)
+        return stats
+
     # --- hooks ------------------------------------------------------------------
+
+    def document_stats(self, doc: "pymupdf.Document", scope: list[int]) -> Any:
+        """Document-level statistics the parser needs on every page (e.g. font sizes).
+
+        ``scope`` is every page of the document being built, whichever pages
+        this call parses. Default: none.
+        """
+        return None
 
     def parse_pdf_pages(self, doc: "pymupdf.Document", page_numbers: list[int]) -> list[ParsedPage]:
         """Default loop: OCR image-only pages, :meth:`parse_text_page` the rest."""

@@ -4,8 +4,13 @@ Why it exists: the layout model costs ~0.3 s a page; a corpus sweep, a test
 or a quick look needs a parser two orders of magnitude cheaper that still
 yields typed, paragraph-sized regions. Every rule is stated where it lives:
 
-- body font size: the character-weighted most common span size of the parsed
-  pages; a block is a *title* when short (<= 3 lines, <= 25 words) and either
+- blocks: PyMuPDF's text blocks, split where font size/weight changes or a
+  gap opens, and re-joined where PyMuPDF cut one region: a section number
+  beside its heading, and a first line set apart by a hanging indent (the
+  previous line runs to the column edge without ending a sentence).
+- body font size: the character-weighted most common span size of the
+  document (:func:`document_stats`: up to 64 pages spread over it, so a page
+  parses the same in any build chunk); a block is a *title* when short (<= 3 lines, <= 25 words) and either
   >= 1.15x the body size, or bold at body size and <= 15 words. Levels rank the
   distinct heading sizes (largest = 1); bold body-size headings come last.
 - *list*: a block whose first line starts with a bullet glyph or an
@@ -15,7 +20,7 @@ yields typed, paragraph-sized regions. Every rule is stated where it lives:
 - *footnote*: in the lower 30% of the page, <= 0.85x body size.
 - *header/footer*: blocks of <= 2 lines and <= 8 words (or a page number)
   wholly inside the top/bottom 7.5% band, or
-  whose digit-masked text repeats on >= half of the parsed pages (>= 3) in the
+  whose digit-masked text repeats on >= half of the sampled pages (>= 3) in the
   top/bottom 15%; they go to ``ParsedPage.header_text/footer_text``.
 - *table*: "text grids" (:mod:`.tables`: >= 3 rows of >= 3 separated short
   cells), and clusters of only straight strokes/boxes (rules, cell shading)
@@ -130,6 +135,75 @@ def _text_flags() -> int:
 
     # no image payloads in the dict (they are the slow part); keep ligatures/whitespace
     return pymupdf.TEXT_PRESERVE_LIGATURES | pymupdf.TEXT_PRESERVE_WHITESPACE | pymupdf.TEXT_MEDIABOX_CLIP
+
+
+def text_blocks(page: "pymupdf.Page") -> list[Block]:
+    """The text blocks of a page (lines split into blocks, bullets attached): pass 1's text part."""
+    d = page.get_text("dict", flags=_text_flags())
+    blocks: list[Block] = []
+    for b in d.get("blocks", ()):
+        if b.get("type") != 0:
+            continue
+        lines = _glue_bullet_lines(_lines_of_block(b))
+        if lines:
+            blocks.extend(_split_block(lines))
+    return _attach_bullets(_join_blocks(blocks))
+
+
+SECTION_NUMBER_RE = re.compile(r"^(\d{1,2}(\.\d{1,2}){0,3}\.?|[A-Z]\.?|[IVX]{1,4}\.)$")
+SENTENCE_END_RE = re.compile(r"[.!?:;]['\")\]]?$")
+
+
+def _join_blocks(blocks: list[Block]) -> list[Block]:
+    """Join blocks MuPDF split inside one region; consecutive pairs only.
+
+    * A section number set apart from its heading on the same line ("2",
+      "RELATED WORK") becomes one line ("2 RELATED WORK").
+    * A block whose last line runs to the column's right edge without ending
+      a sentence continues in the next block when that one starts just below
+      at nearly the same left edge (hanging indents: reference entries,
+      numbered paragraphs). MuPDF makes the first line its own block there,
+      which halved entries and doubled the elements to embed.
+    """
+    out: list[Block] = []
+    for b in blocks:
+        if out and (_section_number_then_heading(out[-1], b) or _continues(out[-1], b)):
+            a = out.pop()
+            if _section_number_then_heading(a, b):
+                first = b.lines[0]
+                # the number's size is the heading's true size (small caps lower the text's mean)
+                head = Line(union([a.bbox, first.bbox]), f"{a.text} {first.text}", max(a.size, first.size),
+                            first.bold, a.lines[0].n_chars + first.n_chars)
+                b = Block([head, *b.lines[1:]])
+            else:
+                b = Block([*a.lines, *b.lines])
+        out.append(b)
+    return out
+
+
+def _section_number_then_heading(a: Block, b: Block) -> bool:
+    if len(a.lines) != 1 or not SECTION_NUMBER_RE.match(a.text):
+        return False
+    first = b.lines[0]
+    h = min(a.bbox[3] - a.bbox[1], first.bbox[3] - first.bbox[1])
+    overlap = min(a.bbox[3], first.bbox[3]) - max(a.bbox[1], first.bbox[1])
+    gap = first.bbox[0] - a.bbox[2]
+    return h > 0 and overlap >= 0.6 * h and 0 <= gap <= 3 * max(first.size, 1.0) and \
+        abs(a.size - first.size) <= 0.25 * max(a.size, first.size, 1.0)
+
+
+def _continues(a: Block, b: Block) -> bool:
+    last, first = a.lines[-1], b.lines[0]
+    size = max(last.size, 1.0)
+    if abs(last.size - first.size) > 0.15 * size or last.bold != first.bold or BULLET_RE.match(first.text):
+        return False
+    line_h = max(last.bbox[3] - last.bbox[1], 1.0)
+    if not -0.2 * line_h <= first.bbox[1] - last.bbox[3] <= 0.6 * line_h:
+        return False  # not the next line
+    right = max(a.bbox[2], b.bbox[2])
+    full = last.bbox[2] >= right - 1.5 * size and last.bbox[2] - last.bbox[0] >= 15 * size
+    b_full = len(b.lines) == 1 or first.bbox[2] >= right - 1.5 * size  # an indented, narrower block is its own
+    return full and b_full and abs(first.bbox[0] - a.bbox[0]) <= 1.5 * size and not SENTENCE_END_RE.search(last.text)
 
 
 def _lines_of_block(block: dict[str, Any]) -> list[Line]:
@@ -254,16 +328,8 @@ class FastParser(Parser):
 
     def extract(self, page: "pymupdf.Page") -> RawPage:
         W, H = page.rect.width, page.rect.height
-        d = page.get_text("dict", flags=_text_flags())
-        blocks: list[Block] = []
-        for b in d.get("blocks", ()):
-            if b.get("type") != 0:
-                continue
-            lines = _glue_bullet_lines(_lines_of_block(b))
-            if lines:
-                blocks.extend(_split_block(lines))
-        blocks = _attach_bullets(blocks)
-        raw = RawPage(page.number, W, H, blocks)
+        raw = RawPage(page.number, W, H, text_blocks(page))
+        blocks = raw.blocks
         page_area = max(W * H, 1.0)
         raw.n_chars = sum(l.n_chars for b in blocks for l in b.lines)
         text_present = raw.n_chars > 20
@@ -362,7 +428,7 @@ class FastParser(Parser):
                 raws[pno] = raw
             except Exception as exc:  # noqa: BLE001 - isolate one page
                 done[pno] = failed_page(doc, pno, exc)
-        stats = DocStats.from_raw(list(raws.values()))
+        stats = self.stats if isinstance(self.stats, DocStats) else DocStats.from_raw(list(raws.values()))
         for pno, raw in raws.items():
             try:
                 done[pno] = classify(raw, stats)
@@ -373,6 +439,9 @@ class FastParser(Parser):
     def parse_text_page(self, page: "pymupdf.Page") -> ParsedPage:
         raw = self.extract(page)
         return classify(raw, DocStats.from_raw([raw]))
+
+    def document_stats(self, doc: "pymupdf.Document", scope: list[int]) -> "DocStats":
+        return document_stats(doc, scope)
 
 
 @dataclass
@@ -404,6 +473,36 @@ class DocStats:
         if s in self.heading_sizes:
             return self.heading_sizes.index(s) + 1
         return len(self.heading_sizes) + 1
+
+
+#: pages read for :func:`document_stats` (evenly spread); enough for stable font-size statistics
+STATS_SAMPLE_PAGES = 64
+
+
+def sample_evenly(scope: list[int], k: int) -> list[int]:
+    """``k`` pages of ``scope`` spread evenly (all of them when there are at most ``k``)."""
+    if len(scope) <= k:
+        return list(scope)
+    step = len(scope) / k
+    return sorted({scope[int(i * step)] for i in range(k)})
+
+
+def document_stats(doc: "pymupdf.Document", scope: list[int], sample: int = STATS_SAMPLE_PAGES) -> DocStats:
+    """Font statistics (body size, heading sizes, repeated margin lines) of a whole document.
+
+    Read from the text of up to ``sample`` pages spread over ``scope``: a
+    text-only pass costs about 3 ms a page, so the statistics stay
+    independent of how the build splits the document into chunks. Pages
+    that fail to load are skipped.
+    """
+    raws: list[RawPage] = []
+    for pno in sample_evenly(scope, sample):
+        try:
+            page = doc.load_page(pno)
+            raws.append(RawPage(pno, page.rect.width, page.rect.height, text_blocks(page)))
+        except Exception:  # noqa: BLE001 - the page's own parse reports the failure
+            continue
+    return DocStats.from_raw(raws)
 
 
 def _title_shape(b: Block) -> bool:

@@ -6,8 +6,9 @@ picture, caption, formula, footnote, page-header, page-footer) and returns
 them with a reading order; ~0.2-0.5 s a page on this CPU.
 
 Mapping to :data:`~mage_gym.graph.schema.ELEMENT_TYPES`:
-``title``/``section-header`` -> title (``header_level`` from the model's font
-size ranking; a ``title`` box is level 1), ``text`` -> paragraph,
+``title``/``section-header`` -> title (a ``title`` box is level 1; a section
+header's level ranks its font size among the document's heading sizes, see
+:meth:`LayoutParser._heading_level`), ``text`` -> paragraph,
 runs of short ``list-item`` boxes -> one list (long items stay separate), ``table`` -> table (markdown from
 the model's table grid, else from ``find_tables(use_layout=False)`` on the
 same area), ``picture`` -> chart or figure (rule in
@@ -254,6 +255,29 @@ class LayoutParser(Parser):
 
     # --- conversion ---------------------------------------------------------------
 
+    def document_stats(self, doc: "pymupdf.Document", scope: list[int]) -> Any:
+        from mage_gym.graph.parsers.fast import document_stats
+
+        return document_stats(doc, scope)
+
+    def _heading_level(self, box: Any, textlines: Any, ocr: bool) -> int:
+        """Level of a section header: its font size's rank among the document's heading sizes.
+
+        Why not the model's ``header_level``: pymupdf4llm ranks font sizes
+        within one call's pages, so levels changed with the build's page
+        chunks. The document statistics (:meth:`document_stats`) do not; in a
+        document with no heading sizes above the body text every section
+        header is level 1. OCR pages (their text is ours, sized to the line
+        boxes; the model sees one page at a time there) keep the model's level.
+        """
+        sizes = [(float(sp.get("size", 0.0)), len(sp.get("text", "").strip()))
+                 for line in textlines or () for sp in (line.get("spans", ()) if isinstance(line, dict) else line[1])]
+        n = sum(c for _, c in sizes)
+        if ocr or n == 0 or self.stats is None:
+            level = int(_get(box, "header_level", 0) or 0)
+            return level if level > 0 else 2
+        return self.stats.heading_level(sum(sz * c for sz, c in sizes) / n)
+
     def convert(self, page: "pymupdf.Page", rec: Any, ocr: bool = False, scale: float = 1.0) -> ParsedPage:
         """One pymupdf4llm page record -> :class:`ParsedPage` (boxes x ``scale``)."""
         W, H = page.rect.width * scale, page.rect.height * scale
@@ -274,8 +298,7 @@ class LayoutParser(Parser):
                     (header if _MARGIN[cls] == "header" else footer).append(text)
                 continue
             if cls in ("title", "section-header"):
-                level = int(_get(box, "header_level", 0) or 0)
-                level = 1 if cls == "title" else (level if level > 0 else 2)
+                level = 1 if cls == "title" else self._heading_level(box, textlines, ocr)
                 text = _lines_text(textlines)
                 if text:
                     elements.append(ParsedElement("title", bbox, text, heading_level=level, ocr=ocr))

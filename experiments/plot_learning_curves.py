@@ -7,7 +7,7 @@ step 0 is the behaviour-cloning start.
 
 Run::
 
-    .venv/bin/python experiments/plot_learning_curves.py outputs/ppo_3seeds_v2/*/ --out docs/results/ppo_learning_curves.png
+    .venv/bin/python experiments/plot_learning_curves.py outputs/ppo_3seeds_v3/*/ --out docs/results/ppo_learning_curves.png
 """
 from __future__ import annotations
 

@@ -477,3 +477,24 @@ def test_document_stats_are_computed_once_per_document_version(tmp_path: Path, m
     shutil.copy(other, path)  # same path, new bytes
     again = parser.parse(open_source(path), pages=[0])
     assert len(calls) == 3 and again.pages[0].elements != first.pages[0].elements
+
+
+def test_cluster_rects_matches_pymupdf_cluster_drawings() -> None:
+    """Our numpy clustering returns exactly what PyMuPDF's Page.cluster_drawings returns."""
+    import random
+
+    from mage_gym.graph.parsers.geometry import cluster_rects
+
+    rng = random.Random(3)
+    doc = pymupdf.open()
+    page = doc.new_page(width=612, height=792)
+    for _ in range(80):  # bars, axis lines and strays; some touch, some do not, some leave the page
+        x, y = rng.uniform(-20, 600), rng.uniform(-20, 780)
+        w, h = rng.choice([(rng.uniform(1, 15), rng.uniform(1, 15)), (rng.uniform(10, 60), 0.5), (0.5, rng.uniform(10, 60))])
+        page.draw_rect(pymupdf.Rect(x, y, x + w, y + h), color=(0, 0, 0), width=0.5)
+    paths = page.get_drawings()
+    want = [tuple(r) for r in page.cluster_drawings(drawings=paths)]
+    got = cluster_rects([tuple(p["rect"]) for p in paths], page.rect.width, page.rect.height)
+    assert len(want) > 5 and len(got) == len(want)
+    for a, b in zip(got, want):
+        assert a == pytest.approx(b, abs=1e-4)

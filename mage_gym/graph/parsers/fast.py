@@ -50,6 +50,7 @@ from mage_gym.graph.parsers.geometry import (
     area,
     band_of,
     clip_box,
+    cluster_rects,
     inside_fraction,
     intersection,
     is_page_number,
@@ -349,12 +350,8 @@ class FastParser(Parser):
             paths = []
         strokes = sum(_is_straight(p) for p in paths) if paths else 0
         if paths:
-            try:
-                clusters = page.cluster_drawings(drawings=paths)
-            except Exception:  # noqa: BLE001 - older PyMuPDF or odd paths
-                clusters = []
-            for r in clusters:
-                bb = clip_box((r.x0, r.y0, r.x1, r.y1), W, H)
+            for r in cluster_rects([tuple(p["rect"]) for p in paths], W, H):
+                bb = clip_box(r, W, H)
                 w, h = bb[2] - bb[0], bb[3] - bb[1]
                 if area(bb) < 0.01 * page_area or w < 0.05 * W or h < 0.04 * H:
                     continue

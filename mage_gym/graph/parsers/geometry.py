@@ -55,6 +55,46 @@ def clip_box(b: BBox, width: float, height: float) -> BBox:
     return (float(x0), float(y0), float(x1), float(y1))
 
 
+def cluster_rects(rects: Sequence[BBox], width: float, height: float, tol: float = 3.0) -> list[BBox]:
+    """Boxes around groups of neighbouring rectangles: PyMuPDF's ``Page.cluster_drawings``, in numpy.
+
+    Same rule and output as PyMuPDF 2.0's pure-Python version (checked on
+    every page of the benchmark PDFs): rectangles not wholly on the page are
+    ignored; starting from the remaining one lowest on the page (then
+    leftmost), a cluster box absorbs every rectangle within ``tol`` of it
+    until none is left, then the next cluster starts; clusters are returned
+    sorted by (bottom, left), without duplicates, and only when wider and
+    taller than ``tol``. Why our own: PyMuPDF compares rectangle objects
+    pairwise in Python, which was a third of the fast parser's time on pages
+    with charts (thousands of paths).
+    """
+    import numpy as np
+
+    raw = np.asarray(rects, dtype=np.float64).reshape(-1, 4)
+    raw = raw[(raw[:, 0] >= 0) & (raw[:, 2] <= width) & (raw[:, 1] >= 0) & (raw[:, 3] <= height)]
+    r = np.column_stack([np.minimum(raw[:, 0], raw[:, 2]), np.minimum(raw[:, 1], raw[:, 3]),
+                         np.maximum(raw[:, 0], raw[:, 2]), np.maximum(raw[:, 1], raw[:, 3])])
+    left = np.ones(len(r), dtype=bool)
+    order = np.lexsort((r[:, 0], r[:, 3]))  # by bottom, then left
+    out: set[BBox] = set()
+    for seed in order:
+        if not left[seed]:
+            continue
+        left[seed] = False
+        box = r[seed].copy()
+        while True:
+            near = left & (r[:, 2] >= box[0] - tol) & (r[:, 0] <= box[2] + tol) & \
+                (r[:, 3] >= box[1] - tol) & (r[:, 1] <= box[3] + tol)
+            if not near.any():
+                break
+            m = r[near]
+            box = np.array([min(box[0], m[:, 0].min()), min(box[1], m[:, 1].min()),
+                            max(box[2], m[:, 2].max()), max(box[3], m[:, 3].max())])
+            left &= ~near
+        out.add((float(box[0]), float(box[1]), float(box[2]), float(box[3])))
+    return sorted((b for b in out if b[2] - b[0] > tol and b[3] - b[1] > tol), key=lambda b: (b[3], b[0]))
+
+
 def _gaps(intervals: list[tuple[float, float]], min_gap: float) -> list[float]:
     """Cut positions in the middle of gaps >= ``min_gap`` of a 1-D projection."""
     cuts: list[float] = []

@@ -147,12 +147,9 @@ def pdf_evidence(report_pdf) -> RenderedInput:
                          mode="visual", page_image_ids=("report:p0",))
 
 
-def test_tiny_qwen3vl_reads_real_pixels_from_its_saved_folder(tiny_qwen3vl_dir, pdf_evidence, monkeypatch):
-    reader = get_reader("hf", model=str(tiny_qwen3vl_dir), max_new_tokens=6)
-    assert reader.kind == "vl" and reader.uses_images
-    loaded = reader.load()
-    assert loaded.load_source == "directory" and loaded.processor is not None
-    seen = {}
+def _spy_on_generate(loaded, monkeypatch) -> dict:
+    """Record the keyword arguments of the loaded model's next ``generate`` call (which still runs)."""
+    seen: dict = {}
     real_generate = loaded.model.generate
 
     def spy(**kwargs):
@@ -160,6 +157,15 @@ def test_tiny_qwen3vl_reads_real_pixels_from_its_saved_folder(tiny_qwen3vl_dir, 
         return real_generate(**kwargs)
 
     monkeypatch.setattr(loaded.model, "generate", spy)
+    return seen
+
+
+def test_tiny_qwen3vl_reads_real_pixels_from_its_saved_folder(tiny_qwen3vl_dir, pdf_evidence, monkeypatch):
+    reader = get_reader("hf", model=str(tiny_qwen3vl_dir), max_new_tokens=6)
+    assert reader.kind == "vl" and reader.uses_images
+    loaded = reader.load()
+    assert loaded.load_source == "directory" and loaded.processor is not None
+    seen = _spy_on_generate(loaded, monkeypatch)
     out = reader.read(pdf_evidence)
     assert isinstance(out, ReaderOutput) and isinstance(out.answer, str) and out.error is None
     assert not out.cached and out.seconds > 0
@@ -189,9 +195,7 @@ def test_tiny_qwen3vl_reads_what_the_renderer_produces(tiny_qwen3vl_dir, report_
     assert rendered.images
     reader = HFReader(tiny_qwen3vl_dir, max_new_tokens=4)
     loaded = reader.load()
-    seen = {}
-    real_generate = loaded.model.generate
-    monkeypatch.setattr(loaded.model, "generate", lambda **kw: (seen.update(kw), real_generate(**kw))[1])
+    seen = _spy_on_generate(loaded, monkeypatch)
     out = reader.read(rendered)
     assert isinstance(out.answer, str) and out.error is None
     assert seen["image_grid_thw"].shape[0] == len(rendered.images)
@@ -215,14 +219,7 @@ def test_response_prefix_is_fed_to_the_model_and_returned(tiny_causal_dir, monke
 
     reader = HFReader(tiny_causal_dir, max_new_tokens=3)
     loaded = reader.load()
-    seen = {}
-    real_generate = loaded.model.generate
-
-    def spy(**kwargs):
-        seen.update(kwargs)
-        return real_generate(**kwargs)
-
-    monkeypatch.setattr(loaded.model, "generate", spy)
+    seen = _spy_on_generate(loaded, monkeypatch)
     prefix = "<agent_decision>\n  <"
     reply = reader.generate(ReaderPrompt(system="sys", parts=("state",), response_prefix=prefix))
     assert reply.startswith(prefix.strip())

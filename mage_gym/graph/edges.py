@@ -344,8 +344,9 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) ->
         hi = min(n, lo + block)
         s = v[lo:hi] @ v.T  # [b, n]
         s[np.arange(hi - lo), np.arange(lo, hi)] = -np.inf
-        dist = np.abs(np.arange(lo, hi)[:, None] - np.arange(n)[None, :]) / (n * RANK_GRID)  # < one grid step
-        rank = np.round(s.astype(np.float64) * RANK_GRID) / RANK_GRID - dist
+        # in grid steps: rounded similarity, minus reading distance / n (less than one step)
+        rank = np.rint(s.astype(np.float64) * RANK_GRID)
+        rank -= np.abs(np.subtract.outer(np.arange(lo, hi, dtype=np.float64), np.arange(n, dtype=np.float64))) / n
         top = np.argpartition(-rank, k - 1, axis=1)[:, :k]
         ts = np.take_along_axis(s, top, axis=1)
         keep = ts >= min_sim

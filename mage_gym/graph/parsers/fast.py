@@ -168,18 +168,25 @@ def _join_blocks(blocks: list[Block]) -> list[Block]:
     """
     out: list[Block] = []
     for b in blocks:
-        if out and (_section_number_then_heading(out[-1], b) or _continues(out[-1], b)):
-            a = out.pop()
-            if _section_number_then_heading(a, b):
-                first = b.lines[0]
-                # the number's size is the heading's true size (small caps lower the text's mean)
-                head = Line(union([a.bbox, first.bbox]), f"{a.text} {first.text}", max(a.size, first.size),
-                            first.bold, a.lines[0].n_chars + first.n_chars)
-                b = Block([head, *b.lines[1:]])
-            else:
-                b = Block([*a.lines, *b.lines])
-        out.append(b)
+        joined = _joined(out[-1], b) if out else None
+        if joined is not None:
+            out[-1] = joined
+        else:
+            out.append(b)
     return out
+
+
+def _joined(a: Block, b: Block) -> Block | None:
+    """``a`` and ``b`` as one block when :func:`_join_blocks`'s rules say so, else None."""
+    if _section_number_then_heading(a, b):
+        first = b.lines[0]
+        # the number's size is the heading's true size (small caps lower the text's mean)
+        head = Line(union([a.bbox, first.bbox]), f"{a.text} {first.text}", max(a.size, first.size),
+                    first.bold, a.lines[0].n_chars + first.n_chars)
+        return Block([head, *b.lines[1:]])
+    if _continues(a, b):
+        return Block([*a.lines, *b.lines])
+    return None
 
 
 def _section_number_then_heading(a: Block, b: Block) -> bool:
@@ -324,12 +331,15 @@ class FastParser(Parser):
         self.min_table_strokes = min_table_strokes
         self.max_paths = max_paths
         self.ruled_tables = ruled_tables
+        #: text blocks read by :meth:`document_stats`, by (file, page), each used once by pass 1
+        self._sampled: dict[tuple[str, int], list[Block]] = {}
 
     # pass 1 ----------------------------------------------------------------------
 
-    def extract(self, page: "pymupdf.Page") -> RawPage:
+    def extract(self, page: "pymupdf.Page", blocks: list[Block] | None = None) -> RawPage:
+        """Pass 1 of a page; ``blocks`` are its :func:`text_blocks` when already read."""
         W, H = page.rect.width, page.rect.height
-        raw = RawPage(page.number, W, H, text_blocks(page))
+        raw = RawPage(page.number, W, H, text_blocks(page) if blocks is None else blocks)
         blocks = raw.blocks
         page_area = max(W * H, 1.0)
         raw.n_chars = sum(l.n_chars for b in blocks for l in b.lines)
@@ -415,7 +425,7 @@ class FastParser(Parser):
         for pno in page_numbers:
             try:
                 page = doc.load_page(pno)
-                raw = self.extract(page)
+                raw = self.extract(page, self._sampled.pop((doc.name, pno), None))
                 # same rule as base.needs_ocr, from the text we already extracted
                 if self.ocr_enabled and raw.n_chars < MIN_TEXT_CHARS and raw.image_cover >= MIN_IMAGE_COVER:
                     done[pno] = self.parse_image_only_pdf_page(page)
@@ -438,7 +448,10 @@ class FastParser(Parser):
         return classify(raw, DocStats.from_raw([raw]))
 
     def document_stats(self, doc: "pymupdf.Document", scope: list[int]) -> "DocStats":
-        return document_stats(doc, scope)
+        sampled: dict[int, list[Block]] = {}
+        stats = document_stats(doc, scope, blocks_out=sampled)
+        self._sampled = {(doc.name, pno): blocks for pno, blocks in sampled.items()}  # not read twice
+        return stats
 
 
 @dataclass
@@ -484,13 +497,15 @@ def sample_evenly(scope: list[int], k: int) -> list[int]:
     return sorted({scope[int(i * step)] for i in range(k)})
 
 
-def document_stats(doc: "pymupdf.Document", scope: list[int], sample: int = STATS_SAMPLE_PAGES) -> DocStats:
+def document_stats(doc: "pymupdf.Document", scope: list[int], sample: int = STATS_SAMPLE_PAGES,
+                   blocks_out: dict[int, list[Block]] | None = None) -> DocStats:
     """Font statistics (body size, heading sizes, repeated margin lines) of a whole document.
 
     Read from the text of up to ``sample`` pages spread over ``scope``: a
     text-only pass costs about 3 ms a page, so the statistics stay
     independent of how the build splits the document into chunks. Pages
-    that fail to load are skipped.
+    that fail to load are skipped. ``blocks_out`` receives each sampled
+    page's text blocks, so a parser need not read them again.
     """
     raws: list[RawPage] = []
     for pno in sample_evenly(scope, sample):
@@ -499,6 +514,8 @@ def document_stats(doc: "pymupdf.Document", scope: list[int], sample: int = STAT
             raws.append(RawPage(pno, page.rect.width, page.rect.height, text_blocks(page)))
         except Exception:  # noqa: BLE001 - the page's own parse reports the failure
             continue
+        if blocks_out is not None:
+            blocks_out[pno] = raws[-1].blocks
     return DocStats.from_raw(raws)
 
 

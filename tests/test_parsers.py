@@ -5,6 +5,7 @@ import io
 import warnings
 from pathlib import Path
 
+import numpy as np
 import pymupdf
 import pytest
 from PIL import Image, ImageDraw
@@ -498,3 +499,27 @@ def test_cluster_rects_matches_pymupdf_cluster_drawings() -> None:
     assert len(want) > 5 and len(got) == len(want)
     for a, b in zip(got, want):
         assert a == pytest.approx(b, abs=1e-4)
+
+
+def test_native_paths_equal_get_drawings() -> None:
+    """The fast parser reads plain get_cdrawings tuples and converts only find_tables' paths: same as get_drawings."""
+    from mage_gym.graph.parsers.fast import _is_straight, _native_paths, _rects_within
+
+    doc = pymupdf.open()
+    page = doc.new_page(width=612, height=792)
+    page.draw_line((50, 100), (300, 100), color=(0, 0, 0))
+    page.draw_line((50, 100), (120, 180), color=(0, 0, 0))
+    page.draw_rect(pymupdf.Rect(60, 200, 200, 260), color=(0, 0, 0), fill=(0.5, 0.5, 0.5))
+    page.draw_bezier((300, 300), (350, 250), (400, 350), (450, 300), color=(0, 0, 0))
+    page.draw_quad(pymupdf.Rect(400, 500, 500, 560).quad, color=(0, 0, 0))
+    shape = page.new_shape()
+    shape.draw_polyline([(50, 600), (150, 600), (150, 700)])
+    shape.finish(color=(0, 0, 0), closePath=True)
+    shape.commit()
+    plain, native = page.get_cdrawings(), page.get_drawings()
+    assert _native_paths(plain) == native
+    assert [_is_straight(p) for p in plain] == [_is_straight(p) for p in native]
+    rects = np.asarray([p["rect"] for p in plain], np.float64)
+    inside = _rects_within(rects, (40.0, 90.0, 310.0, 270.0))
+    assert inside.tolist() == [pymupdf.Rect(p["rect"]) in pymupdf.Rect(39, 89, 311, 271) for p in native]
+    assert inside[:3].all() and not inside[3:].any()

@@ -393,7 +393,8 @@ def build_from_parsed(parsed: ParsedDocument, source: DocumentSource | str | Pat
     enc = _resolve_encoder(encoder)
     prepared = [prepare_page(p, mcfg, ecfg.caption_max_gap) for p in parsed.pages]
     page_vecs, el_vecs = embed_pages(prepared, enc, mcfg)
-    m = {"parser": parsed.parser, "embed_model": getattr(enc, "name", None), "embed_cfg": mcfg.to_dict(),
+    m = {"parser": parsed.parser, "embed_model": getattr(enc, "name", None),
+         "embed_precision": getattr(enc, "precision", None), "embed_cfg": mcfg.to_dict(),
          "warnings": list(parsed.warnings), "graph_version": GRAPH_VERSION}
     m.update(meta or {})
     g = assemble(prepared, page_vecs, el_vecs, source=src, doc_id=doc_id, edge_cfg=ecfg, dtype=mcfg.dtype, meta=m)
@@ -470,8 +471,8 @@ def _worker_parser(name: str, cfg: Mapping[str, Any]) -> Any:
 def parse_and_embed_chunk(source: DocumentSource, parser: str, parser_cfg: Mapping[str, Any],
                           pages: Sequence[int] | None, max_pages: int | None, embed_cfg: Mapping[str, Any],
                           caption_gap: float, encode: bool = True,
-                          ) -> tuple[list[PreparedPage], list[str], np.ndarray, np.ndarray, dict[str, float]]:
-    """Worker task: parse a contiguous page range, prepare and embed it (plus stage timings)."""
+                          ) -> tuple[list[PreparedPage], list[str], np.ndarray, np.ndarray, dict[str, Any]]:
+    """Worker task: parse a contiguous page range, prepare and embed it (plus stage timings and precision)."""
     mcfg = EmbedConfig.from_dict(embed_cfg)
     t0, c0 = time.perf_counter(), time.process_time()
     with warnings.catch_warnings():
@@ -483,7 +484,7 @@ def parse_and_embed_chunk(source: DocumentSource, parser: str, parser_cfg: Mappi
     page_vecs, el_vecs = embed_pages(prepared, enc, mcfg)
     t2, c2 = time.perf_counter(), time.process_time()
     timings = {"parse": t1 - t0, "embed": t2 - t1, "parse_cpu": c1 - c0, "embed_cpu": c2 - c1,
-               "peak_rss_mib": _peak_rss_mib()}
+               "peak_rss_mib": _peak_rss_mib(), "embed_precision": getattr(enc, "precision", None)}
     return prepared, list(parsed.warnings), page_vecs, el_vecs, timings
 
 
@@ -653,11 +654,15 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
         doc_warnings = list(parsed.warnings)
         prepared = [prepare_page(p, mcfg, ecfg.caption_max_gap) for p in parsed.pages]
         tp, cp = time.perf_counter(), time.process_time()
-        page_vecs, el_vecs = embed_pages(prepared, _resolve_encoder(encoder), mcfg, progress=progress)
+        enc = _resolve_encoder(encoder)
+        page_vecs, el_vecs = embed_pages(prepared, enc, mcfg, progress=progress)
         work = {"parse": tp - t1, "embed": time.perf_counter() - tp, "parse_cpu": cp - c1,
-                "embed_cpu": time.process_time() - cp}
+                "embed_cpu": time.process_time() - cp, "embed_precision": getattr(enc, "precision", None)}
     meta = {
         "parser": parser, "parser_cfg": pcfg, "embed_model": _encoder_name(encoder), "embed_cfg": mcfg.to_dict(),
+        # which precision computed the vectors (not in the cache key: precisions agree to cosine >= 0.96
+        # and give the same retrieval recall, see mage_gym.graph.embed)
+        "embed_precision": work.get("embed_precision"),
         "graph_version": GRAPH_VERSION, "digest": digest, "max_pages": max_pages, "n_pages_total": n_total,
         "workers": workers, "warnings": doc_warnings,
     }
@@ -708,7 +713,7 @@ def failed_pages(g: EvidenceGraph) -> list[int]:
 
 def _parallel(src: DocumentSource, parser: str, pcfg: dict, n: int, max_pages: int | None, mcfg: EmbedConfig,
               ecfg: EdgeConfig, workers: int, progress: bool = False,
-              ) -> tuple[list[PreparedPage], list[str], np.ndarray, np.ndarray, dict[str, float]]:
+              ) -> tuple[list[PreparedPage], list[str], np.ndarray, np.ndarray, dict[str, Any]]:
     from concurrent.futures import wait
     from concurrent.futures.process import BrokenProcessPool
 
@@ -739,12 +744,16 @@ def _parallel(src: DocumentSource, parser: str, pcfg: dict, n: int, max_pages: i
     doc_warnings: list[str] = []
     pv: list[np.ndarray] = []
     ev: list[np.ndarray] = []
-    work = {"parse": 0.0, "embed": 0.0, "parse_cpu": 0.0, "embed_cpu": 0.0, "peak_rss_mib": 0.0}
+    work: dict[str, Any] = {"parse": 0.0, "embed": 0.0, "parse_cpu": 0.0, "embed_cpu": 0.0, "peak_rss_mib": 0.0}
+    precisions: set[str] = set()
     for p, w, a, b, t in results:
         prepared.extend(p)
         doc_warnings.extend(x for x in w if x not in doc_warnings)
         pv.append(a)
         ev.append(b)
-        for k in work:
+        for k in list(work):
             work[k] = max(work[k], t[k]) if k == "peak_rss_mib" else work[k] + t[k]
+        if t.get("embed_precision"):
+            precisions.add(t["embed_precision"])
+    work["embed_precision"] = "/".join(sorted(precisions)) or None
     return prepared, doc_warnings, np.concatenate(pv), np.concatenate(ev), work

@@ -39,7 +39,8 @@ from mage_gym.graph.schema import DocumentSource, Element, Page
 
 #: Bump whenever the builder's output for the same input changes (edges,
 #: summaries, ids, normalisation). Old entries then become misses.
-GRAPH_VERSION = "2"
+#: 3: the default encoder runs int8 on CPUs with VNNI (new vectors and semantic edges there).
+GRAPH_VERSION = "3"
 FORMAT = 1
 MANIFEST = "manifest.json"
 RECORDS = "records.json"

@@ -42,6 +42,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from mage_gym.graph.parsers.base import Parser, failed_page
 from mage_gym.graph.parsers.tables import text_grid_tables
 from mage_gym.graph.parsers.geometry import (
@@ -305,7 +307,7 @@ def _attach_bullets(blocks: list[Block]) -> list[Block]:
 
 
 def _is_straight(item: dict[str, Any]) -> int:
-    """Number of horizontal/vertical strokes (or rectangles) in a drawing path."""
+    """Number of horizontal/vertical strokes (or rectangles) in a drawing path (either path form)."""
     n = 0
     for it in item.get("items", ()):
         op = it[0]
@@ -313,9 +315,41 @@ def _is_straight(item: dict[str, Any]) -> int:
             n += 1
         elif op == "l":
             p, q = it[1], it[2]
-            if abs(p.x - q.x) < 1.0 or abs(p.y - q.y) < 1.0:
+            if abs(p[0] - q[0]) < 1.0 or abs(p[1] - q[1]) < 1.0:
                 n += 1
     return n
+
+
+_PATH_KEYS = ("closePath", "fill", "color", "width", "lineCap", "lineJoin", "dashes",
+              "stroke_opacity", "fill_opacity", "even_odd")
+
+
+def _native_paths(paths: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``get_cdrawings`` paths in ``get_drawings``' form (Point / Rect / Quad objects, all keys).
+
+    Why: ``get_drawings`` builds those objects for every path of a page,
+    while only the few paths handed to ``find_tables`` need them. Reading
+    plain paths, a 49-page paper parses in 0.96 instead of 1.23 CPU-s.
+    """
+    import pymupdf
+
+    out = []
+    for p in paths:
+        q = dict(p, rect=pymupdf.Rect(p["rect"]))
+        items = []
+        for it in p["items"]:
+            if it[0] == "re":
+                items.append(("re", pymupdf.Rect(it[1]).normalize(), *it[2:]))
+            elif it[0] == "qu":
+                items.append(("qu", pymupdf.Quad(it[1])))
+            else:
+                items.append((it[0], *(pymupdf.Point(v) for v in it[1:])))
+        q["items"] = items
+        if q.get("type") in ("f", "s"):
+            for k in _PATH_KEYS:
+                q.setdefault(k, None)
+        out.append(q)
+    return out
 
 
 class FastParser(Parser):
@@ -354,12 +388,15 @@ class FastParser(Parser):
                 continue  # full-page background under real text
             raw.visuals.append((bb, "image", 0))
 
-        paths = page.get_drawings()
+        paths = page.get_cdrawings()  # plain tuples: get_drawings' objects cost more than the paths
         if len(paths) > self.max_paths:
             raw.warnings.append(f"{len(paths)} vector paths: drawing clusters skipped")
             paths = []
-        strokes = sum(_is_straight(p) for p in paths) if paths else 0
+        straight = [_is_straight(p) for p in paths]
+        all_straight = np.asarray([s == len(p["items"]) > 0 for s, p in zip(straight, paths)], bool)
+        strokes = sum(straight)
         if paths:
+            rects = np.asarray([p["rect"] for p in paths], np.float64).reshape(-1, 4)
             for r in cluster_rects([tuple(p["rect"]) for p in paths], W, H):
                 bb = clip_box(r, W, H)
                 w, h = bb[2] - bb[0], bb[3] - bb[1]
@@ -367,8 +404,9 @@ class FastParser(Parser):
                     continue
                 if area(bb) > 0.85 * page_area:
                     continue  # page frame / background
-                members = [p for p in paths if _rect_within(tuple(p["rect"]), bb)]
-                n_straight = sum(1 for p in members if _is_straight(p) == len(p.get("items", ())) > 0)
+                inside = np.flatnonzero(_rects_within(rects, bb))
+                members = [paths[i] for i in inside]
+                n_straight = int(all_straight[inside].sum())
                 inner_all = [(b, l) for b in blocks for l in b.lines if inside_fraction(l.bbox, bb) > 0.8]
                 inner = [seg for b, l in inner_all if not _prose_block(b) for seg in l.segments]
                 if members and n_straight >= 0.8 * len(members):
@@ -379,7 +417,7 @@ class FastParser(Parser):
                             raw.tables.append((g.bbox, g.markdown))
                         continue
                     if inner and len(members) >= 6 and self.ruled_tables:
-                        ruled = _ruled_tables_in(page, bb, members)  # cells with multi-line text
+                        ruled = _ruled_tables_in(page, bb, _native_paths(members))  # cells with multi-line text
                         if ruled:
                             raw.tables.extend(ruled)
                             continue
@@ -670,9 +708,10 @@ def _prose_block(b: Block) -> bool:
     return len(b.lines) >= 3 and long > len(b.lines) / 2
 
 
-def _rect_within(r: BBox, box: BBox, tol: float = 1.0) -> bool:
-    """Containment that also works for zero-area rects (straight lines)."""
-    return r[0] >= box[0] - tol and r[1] >= box[1] - tol and r[2] <= box[2] + tol and r[3] <= box[3] + tol
+def _rects_within(rects: np.ndarray, box: BBox, tol: float = 1.0) -> np.ndarray:
+    """Which of an [n, 4] array of rects lie inside ``box`` (a mask; works for zero-area lines too)."""
+    return ((rects[:, 0] >= box[0] - tol) & (rects[:, 1] >= box[1] - tol)
+            & (rects[:, 2] <= box[2] + tol) & (rects[:, 3] <= box[3] + tol))
 
 
 def _label_like(b: Block, body: float) -> bool:

@@ -3,14 +3,15 @@
 Why: embedding is most of a fast-parser graph build (7 of 11 CPU-s per 100
 dense pages in bfloat16), and MiniLM's matrix products are near the CPU's
 bfloat16 peak. CPUs with VNNI multiply int8 at twice that rate. ONNX Runtime's
-dynamic quantisation (weights int8 per output channel, activations int8 per
-batch, computed at run time) measured 1.58x the speed of torch bfloat16 on
-659 element texts (2.08 vs 3.29 s, one thread), with vectors at mean cosine
-0.990 to float32 (min 0.972). Whether that costs retrieval is measured by
-``experiments/embed_quality.py --precisions bfloat16 int8`` (README).
+dynamic quantisation (weights int8 per output channel, activations int8 with
+a scale computed per run) embedded 659 element texts of a paper in 1.83 s,
+one text per run, against 3.29 s for torch bfloat16 in batches of 16 (one
+thread, idle machine), with vectors at mean cosine 0.991 to float32 (min
+0.973). Retrieval recall is unchanged
+(``experiments/embed_quality.py --precisions bfloat16 int8``, README).
 
-torch's own dynamic int8 was rejected: its per-tensor weight scales gave
-vectors at mean cosine 0.91 (0.96 per channel).
+torch's own dynamic int8 was rejected: with per-tensor scales its vectors
+were at mean cosine 0.91 to float32 (0.96 with per-channel weights).
 
 The int8 model is made once per machine from the packaged MiniLM weights
 (torch's ONNX exporter, then ``onnxruntime.quantization``; a few seconds)

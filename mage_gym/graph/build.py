@@ -745,15 +745,12 @@ def _parallel(src: DocumentSource, parser: str, pcfg: dict, n: int, max_pages: i
     pv: list[np.ndarray] = []
     ev: list[np.ndarray] = []
     work: dict[str, Any] = {"parse": 0.0, "embed": 0.0, "parse_cpu": 0.0, "embed_cpu": 0.0, "peak_rss_mib": 0.0}
-    precisions: set[str] = set()
     for p, w, a, b, t in results:
         prepared.extend(p)
         doc_warnings.extend(x for x in w if x not in doc_warnings)
         pv.append(a)
         ev.append(b)
-        for k in list(work):
+        for k in work:
             work[k] = max(work[k], t[k]) if k == "peak_rss_mib" else work[k] + t[k]
-        if t.get("embed_precision"):
-            precisions.add(t["embed_precision"])
-    work["embed_precision"] = "/".join(sorted(precisions)) or None
+    work["embed_precision"] = results[0][4].get("embed_precision")  # workers resolve it the same way
     return prepared, doc_warnings, np.concatenate(pv), np.concatenate(ev), work

@@ -157,9 +157,9 @@ def resolve_precision(precision: str | None, device: str) -> str:
     if choice != "auto":
         return choice
     if device == "cpu":
-        from mage_gym.graph.embed_int8 import cpu_has_vnni, int8_available
+        from mage_gym.graph.embed_int8 import cpu_has_vnni
 
-        if cpu_has_vnni() and int8_available():
+        if cpu_has_vnni():  # onnxruntime is a dependency; a failure to load falls back (TextEncoder)
             return "int8"
         return "bfloat16" if cpu_has_native_bf16() else "float32"
     if device.startswith("cuda"):

@@ -44,15 +44,6 @@ def cpu_has_vnni() -> bool:
     return bool({"avx512_vnni", "avx_vnni"} & cpu_flags())
 
 
-def int8_available() -> bool:
-    """onnxruntime importable (the runtime); ``onnx`` is needed only to make the model the first time."""
-    try:
-        import onnxruntime  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
 def _source_key(model_path: Path) -> str:
     """Identity of the float weights: file names, sizes and modification times (cheap, no hashing)."""
     parts = [RECIPE]
@@ -198,4 +189,4 @@ class Int8Runner:
             out[i] = pooled / max(float(np.linalg.norm(pooled)), 1e-12)
 
 
-__all__ = ["Int8Runner", "cpu_has_vnni", "int8_available", "int8_model_file", "RECIPE"]
+__all__ = ["Int8Runner", "cpu_has_vnni", "int8_model_file", "RECIPE"]

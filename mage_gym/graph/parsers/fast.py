@@ -397,7 +397,7 @@ class FastParser(Parser):
         strokes = sum(straight)
         if paths:
             rects = np.asarray([p["rect"] for p in paths], np.float64).reshape(-1, 4)
-            for r in cluster_rects([tuple(p["rect"]) for p in paths], W, H):
+            for r in cluster_rects(rects, W, H):
                 bb = clip_box(r, W, H)
                 w, h = bb[2] - bb[0], bb[3] - bb[1]
                 if area(bb) < 0.01 * page_area or w < 0.05 * W or h < 0.04 * H:

@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from typing import Callable, Sequence, TypeVar
+from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
 from mage_gym.graph.schema import BBox, ParsedPage
+
+if TYPE_CHECKING:  # pragma: no cover
+    import numpy as np
 
 T = TypeVar("T")
 
@@ -55,7 +58,7 @@ def clip_box(b: BBox, width: float, height: float) -> BBox:
     return (float(x0), float(y0), float(x1), float(y1))
 
 
-def cluster_rects(rects: Sequence[BBox], width: float, height: float, tol: float = 3.0) -> list[BBox]:
+def cluster_rects(rects: Sequence[BBox] | np.ndarray, width: float, height: float, tol: float = 3.0) -> list[BBox]:
     """Boxes around groups of neighbouring rectangles: PyMuPDF's ``Page.cluster_drawings``, in numpy.
 
     Same rule and output as PyMuPDF 2.0's pure-Python version (checked on

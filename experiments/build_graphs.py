@@ -1,204 +1,44 @@
 """Build the evidence graphs of a dataset folder, once, into the graph cache.
 
-Run (from the repo root):
+Run (from the repo root; ``python -m experiments.build_graphs`` works the same):
 
     .venv/bin/python experiments/build_graphs.py input=../shared/data/mmlongbench-dev parser=layout
     .venv/bin/python experiments/build_graphs.py input=../shared/data parser=fast max_pages=50 limit=10
     .venv/bin/python experiments/build_graphs.py 'files=[../shared/data/financebench-dev/pdfs/NIKE_2021_10K.pdf]'
 
 Documents are PDFs and folders of page images (LongDocURL), found
-recursively. Documents already in the cache are only loaded (milliseconds);
-the rest are built in ``workers`` processes, each holding one text encoder and
-``cores // workers`` torch threads, one document per task. A bad file never
-stops the run: its typed error (:mod:`mage_gym.graph.errors`) is recorded.
+recursively; cached ones are only loaded, the rest built in ``workers``
+processes (:mod:`experiments.common.corpus`), or with ``executor=ray`` as one
+Ray task per document on a cluster (conf/executor/ray.yaml, docs/DISTRIBUTED.md). A bad file never stops the run:
+its typed error (:mod:`mage_gym.graph.errors`) is recorded. The exit status is
+1 when no document has a graph at the end (nothing built or cached), or when
+an option is wrong (e.g. an unknown ``parser``: one error before any file is opened).
 
 Writes ``results.json`` in the Hydra run directory:
 
     {"config": {...}, "documents": [{"doc_id", "path", "pages", "elements", "elements_by_type",
-      "edges_by_kind", "seconds", "cached", "error", "error_type", "warnings"}, ...],
+      "edges_by_kind", "seconds", "cached", "error", "error_type", "warnings",
+      "graph_hash" (sha256 over node ids, edge arrays and vectors; equal for local and Ray builds)}, ...],
      "totals": {"documents", "built", "cached", "failed", "pages", "elements", "edges", "build_seconds",
                 "wall_seconds", "seconds_per_100_pages_built", "errors_by_type"}}
 """
 from __future__ import annotations
 
-import json
-import logging
-import os
-import time
-from collections import Counter
-from concurrent.futures import Future, ProcessPoolExecutor, as_completed
-from pathlib import Path
-from typing import Any
-
 import hydra
-from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
+from omegaconf import DictConfig
 
-from mage_gym.data.io import data_root as default_data_root
-from mage_gym.graph.errors import DocumentError
-from mage_gym.graph.sources import IMAGE_SUFFIXES
-
-log = logging.getLogger("build_graphs")
-
-
-def find_documents(root: Path) -> list[Path]:
-    """PDF files and folders holding page images under ``root`` (or ``root`` itself), sorted."""
-    if root.is_file():
-        return [root]
-    if not root.is_dir():
-        raise FileNotFoundError(f"input not found: {root}")
-    docs: list[Path] = []
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames.sort()
-        d = Path(dirpath)
-        if any(Path(f).suffix.lower() in IMAGE_SUFFIXES for f in filenames):
-            docs.append(d)
-        docs.extend(d / f for f in filenames if f.lower().endswith(".pdf"))
-    return sorted(docs)
-
-
-def _build_kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
-    return dict(parser=cfg["parser"], max_pages=cfg["max_pages"], parser_cfg=cfg["parser_cfg"] or {},
-                edge_cfg=cfg["edge_cfg"] or {}, embed_cfg=cfg["embed_cfg"] or {}, cache_dir=cfg["cache_dir"])
-
-
-def _record(path: Path, graph: Any = None, seconds: float = 0.0, cached: bool = False,
-            error: BaseException | None = None) -> dict[str, Any]:
-    rec: dict[str, Any] = {"doc_id": None, "path": str(path), "pages": 0, "elements": 0, "elements_by_type": {},
-                           "edges_by_kind": {}, "seconds": round(seconds, 3), "cached": cached, "error": None,
-                           "error_type": None, "warnings": []}
-    if graph is not None:
-        rec.update(doc_id=graph.doc_id, pages=graph.n_pages, elements=graph.n_elements,
-                   elements_by_type=graph.element_type_counts(), edges_by_kind=graph.edge_counts(),
-                   warnings=list(graph.meta.get("warnings", [])))
-    if error is not None:
-        rec.update(error=str(error), error_type=type(error).__name__)
-    return rec
-
-
-def build_one(path: str, cfg: dict[str, Any]) -> dict[str, Any]:
-    """Worker task: one document; every failure becomes a record, never an exception."""
-    from mage_gym.graph.build import build_graph
-
-    t0 = time.perf_counter()
-    try:
-        g = build_graph(path, workers=1, cache=cfg["cache"], progress=False, **_build_kwargs(cfg))
-        return _record(Path(path), g, time.perf_counter() - t0, cached=bool(g.meta.get("cache_hit")))
-    except DocumentError as exc:
-        return _record(Path(path), seconds=time.perf_counter() - t0, error=exc)
-    except Exception as exc:  # noqa: BLE001 - one bad file must not stop a corpus build
-        log.exception("unexpected failure on %s", path)
-        return _record(Path(path), seconds=time.perf_counter() - t0, error=exc)
-
-
-def try_cached(path: Path, cfg: dict[str, Any]) -> dict[str, Any] | None:
-    """The record of a document already in the cache (no parsing, no torch), else None."""
-    from mage_gym.graph.build import load_graph
-    from mage_gym.graph.store import GraphNotBuiltError
-
-    if not cfg["cache"]:
-        return None
-    t0 = time.perf_counter()
-    try:
-        g = load_graph(path, **_build_kwargs(cfg))
-    except (GraphNotBuiltError, DocumentError):
-        return None  # not built yet, or a bad file: the build task records the typed error
-    return _record(path, g, time.perf_counter() - t0, cached=True)
-
-
-def _pool(workers: int) -> ProcessPoolExecutor:
-    import multiprocessing as mp
-
-    from mage_gym.graph.build import _worker_init
-
-    threads = max(1, (os.cpu_count() or 1) // workers)
-    return ProcessPoolExecutor(max_workers=workers, mp_context=mp.get_context("forkserver"),
-                               initializer=_worker_init, initargs=(threads, True))
-
-
-def _build_parallel(todo: list[Path], cfg: dict[str, Any], workers: int, bar: tqdm) -> dict[str, dict[str, Any]]:
-    """Documents in a worker pool; if a worker dies (out of memory), the documents that were
-    lost with the pool are retried one per fresh process, so only the culprit is charged."""
-    from concurrent.futures.process import BrokenProcessPool
-
-    out: dict[str, dict[str, Any]] = {}
-    pool = _pool(min(workers, len(todo)))
-    futs: dict[Future, Path] = {pool.submit(build_one, str(p), cfg): p for p in todo}
-    died: list[Path] = []
-    for fut in as_completed(futs):
-        p = futs[fut]
-        try:
-            out[str(p)] = fut.result()
-        except BrokenProcessPool:
-            died.append(p)
-            continue
-        except Exception as exc:  # noqa: BLE001
-            out[str(p)] = _record(p, error=exc)
-        bar.update(1)
-    pool.shutdown(wait=True, cancel_futures=True)
-    for p in sorted(died):
-        solo = _pool(1)
-        try:
-            out[str(p)] = solo.submit(build_one, str(p), cfg).result()
-        except BrokenProcessPool:
-            out[str(p)] = _record(p, error=RuntimeError("worker process died while building (out of memory?)"))
-        finally:
-            solo.shutdown(wait=True, cancel_futures=True)
-        bar.update(1)
-    return out
-
-
-def run(cfg: dict[str, Any]) -> dict[str, Any]:
-    t_start = time.perf_counter()
-    if cfg["files"]:
-        docs = [Path(f) for f in cfg["files"]]
-    else:
-        docs = find_documents(Path(cfg["input"]) if cfg["input"] else default_data_root())
-    if cfg["limit"]:
-        docs = docs[: int(cfg["limit"])]
-    records: dict[str, dict[str, Any]] = {}
-    todo: list[Path] = []
-    for p in docs:
-        rec = try_cached(p, cfg)
-        if rec is None:
-            todo.append(p)
-        else:
-            records[str(p)] = rec
-    log.info("%d documents: %d cached, %d to build", len(docs), len(records), len(todo))
-    workers = max(1, int(cfg["workers"]))
-    bar = tqdm(total=len(todo), desc=f"build[{cfg['parser']}]", unit="doc")
-    if workers == 1 or len(todo) <= 1:
-        for p in todo:
-            records[str(p)] = build_one(str(p), cfg)
-            bar.update(1)
-    else:
-        records.update(_build_parallel(todo, cfg, workers, bar))
-    bar.close()
-    ordered = [records[str(p)] for p in docs]
-    built = [r for r in ordered if not r["cached"] and r["error"] is None]
-    pages_built = sum(r["pages"] for r in built)
-    secs_built = sum(r["seconds"] for r in built)
-    totals = {
-        "documents": len(ordered), "built": len(built), "cached": sum(r["cached"] for r in ordered),
-        "failed": sum(r["error"] is not None for r in ordered),
-        "pages": sum(r["pages"] for r in ordered), "elements": sum(r["elements"] for r in ordered),
-        "edges": sum(sum(r["edges_by_kind"].values()) for r in ordered),
-        "build_seconds": round(secs_built, 2), "wall_seconds": round(time.perf_counter() - t_start, 2),
-        "seconds_per_100_pages_built": round(100 * secs_built / pages_built, 2) if pages_built else None,
-        "errors_by_type": dict(Counter(r["error_type"] for r in ordered if r["error_type"])),
-    }
-    return {"config": cfg, "documents": ordered, "totals": totals}
+from experiments.common.config import ConfigError, exit_on_config_error, plain, run_dir
+from experiments.common.corpus import build_corpus
+from experiments.common.results import write_json
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="build_graphs")
+@exit_on_config_error
 def main(cfg: DictConfig) -> None:
-    c = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(c, dict)
+    c = plain(cfg)
     c.pop("hydra", None)
-    results = run(c)
-    out = Path(HydraConfig.get().runtime.output_dir) / "results.json"
-    out.write_text(json.dumps(results, indent=2, default=str))
+    results = build_corpus(c)
+    out = write_json(run_dir() / "results.json", results)
     t = results["totals"]
     print(f"{t['documents']} documents: {t['built']} built, {t['cached']} cached, {t['failed']} failed; "
           f"{t['pages']} pages, {t['elements']} elements, {t['edges']} edges; wall {t['wall_seconds']} s")
@@ -206,6 +46,9 @@ def main(cfg: DictConfig) -> None:
         if r["error"]:
             print(f"  FAILED {r['path']}: {r['error_type']}: {r['error']}")
     print(f"results: {out}")
+    if t["built"] + t["cached"] == 0:
+        where = f"input={c.get('input')}" if not c.get("files") else "files=[...]"
+        raise ConfigError(f"no graph built: {t['documents']} documents found ({where}), {t['failed']} failed")
 
 
 if __name__ == "__main__":

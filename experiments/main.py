@@ -8,10 +8,11 @@ Run (from the repo root; ``scripts/run_main.sh`` sets up the venv first):
 Stages, each with a progress bar:
 
 1. generate a small synthetic corpus (the generator's ``tiny`` preset: 20-page
-   reports, 8 questions each; ``synth.n_docs`` documents so that the train,
-   val and test splits by document are all non-empty), reused when present;
-2. build the evidence graphs (parallel workers, on-disk cache);
-3. train PPO briefly on the train split (validation split for evaluation);
+   reports, 8 questions plus 2 two-hop bridge questions each; ``synth.n_docs``
+   documents so that the train, val and test splits by document are all
+   non-empty), reused when present;
+2. build the evidence graphs (parallel workers, on-disk cache; ``env.parser``);
+3. train PPO briefly on the train split (validation split for model selection);
 4. benchmark random / topk_page / topk_text / heuristic / llm_evaluator /
    ppo with the oracle reader on the held-out test split (the LLM evaluator,
    SmolLM2 on CPU, runs on ``policy.llm_evaluator.limit`` episodes with at most
@@ -22,26 +23,33 @@ Stages, each with a progress bar:
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any, Mapping
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+import hydra
+from omegaconf import DictConfig
 
-import _common as C  # noqa: E402
-import hydra  # noqa: E402
-from omegaconf import DictConfig  # noqa: E402
+from experiments.common.benchmarking import benchmark
+from experiments.common.benchmarking import check_config as check_benchmark_config
+from experiments.common.config import exit_on_config_error, plain, quiet_libraries, run_dir, set_threads
+from experiments.common.episodes import prepare_graphs
+from experiments.common.policy_options import policy_options
+from experiments.common.results import write_json
+from experiments.common.tracking import make_logger, run_name
+from experiments.common.training import check_config as check_train_config
+from experiments.common.training import train
 
 log = logging.getLogger("main")
 
 
 def synth_root(c: Mapping[str, Any]) -> Path:
+    """``synth.root``, else ``$MAGE_GYM_CACHE/synth/<preset>_n<n_docs>_s<seed>``."""
+    from mage_gym.paths import cache_root
+
     s = c["synth"]
     if s.get("root"):
         return Path(s["root"])
-    from mage_gym.readers.gguf_cache import cache_root
-
     return cache_root() / "synth" / f"{s['preset']}_n{s['n_docs']}_s{s['seed']}"
 
 
@@ -65,9 +73,6 @@ def make_corpus(c: Mapping[str, Any]) -> Path:
 
 
 def run(c: dict[str, Any], out: Path, logger: Any) -> dict[str, Any]:
-    from benchmark import benchmark, policy_options
-    from train import train
-
     from mage_gym.data.registry import load_dataset
 
     stages: dict[str, float] = {}
@@ -78,11 +83,9 @@ def run(c: dict[str, Any], out: Path, logger: Any) -> dict[str, Any]:
 
     t = time.perf_counter()
     print("[2/4] evidence graphs", flush=True)
-    env_cfg = c["env"]
-    env_cfg["parser"] = c.get("parser") or env_cfg.get("parser", "layout")
     episodes = load_dataset("synth", root=root, split="all", seed=int(c.get("seed", 0)))
-    episodes = C.prepare_graphs(episodes, env_cfg.get("parser", "fast"), int(c.get("graph_workers", 2)),
-                                env_cfg.get("graph_kwargs"))
+    episodes = prepare_graphs(episodes, c["env"].get("parser", "layout"), int(c.get("graph_workers", 2)),
+                              c["env"].get("graph_kwargs"))
     stages["graphs_s"] = time.perf_counter() - t
     ds = {"name": "synth", "root": str(root), "split": c["benchmark_split"], "limit": None,
           "seed": int(c.get("seed", 0))}
@@ -92,30 +95,32 @@ def run(c: dict[str, Any], out: Path, logger: Any) -> dict[str, Any]:
 
     t = time.perf_counter()
     print("[3/4] training PPO", flush=True)
-    overrides = c.get("policy") or {}
-    tcfg = {**c, "dataset": ds, "policy": {"name": "ppo", **policy_options("ppo", overrides)}}
-    summary = train(tcfg, out / "train", logger)
+    summary = train({**c, "dataset": ds}, out / "train", logger)
     stages["train_s"] = time.perf_counter() - t
 
     t = time.perf_counter()
     print(f"[4/4] benchmark on {len(test)} held-out test episodes", flush=True)
-    bcfg = {**c, "dataset": ds, "policy": {**overrides, "checkpoint": summary["checkpoint"]}}
-    res = benchmark(bcfg, out, episodes=test, logger=logger)
+    trained = {**c["policy"], "ppo": {**c["policy"]["ppo"], "checkpoint": summary["checkpoint"]}}
+    res = benchmark({**c, "dataset": ds, "policy": trained}, out, episodes=test, logger=logger)
     stages["benchmark_s"] = time.perf_counter() - t
     stages["total_s"] = sum(stages.values())
     main_summary = {"corpus": str(root), "splits": splits, "benchmark_episodes": len(test), "stages": stages,
                     "train": {k: v for k, v in summary.items() if k != "learning_curve"},
-                    "llm_evaluator": policy_options("llm_evaluator", overrides)}
-    C.write_json(out / "main_summary.json", main_summary)
+                    "llm_evaluator": policy_options(c, "llm_evaluator")}
+    write_json(out / "main_summary.json", main_summary)
     return {"table": res["table"], "stages": stages, "plots": res["plots"], "summary": main_summary}
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="main")
+@exit_on_config_error
 def main(cfg: DictConfig) -> None:
-    out = C.run_dir()
-    c = C.plain(cfg)
-    C.set_threads(c.get("torch_threads"))
-    logger = C.make_logger(c, C.run_name("synth", "main", c.get("seed", 0)), "main", out)
+    quiet_libraries()
+    out = run_dir()
+    c = plain(cfg)
+    check_benchmark_config(c)  # a wrong option is one error before any work (or a W&B run) starts
+    check_train_config(c)
+    set_threads(c.get("torch_threads"))
+    logger = make_logger(c, run_name("synth", "main", c.get("seed", 0)), "main", out)
     try:
         res = run(c, out, logger)
     finally:

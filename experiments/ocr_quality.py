@@ -32,12 +32,8 @@ import time
 from collections import Counter
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
-
-from _common import write_json  # noqa: E402  (experiments/ is on sys.path when run as a script)
-
-from mage_gym.data.io import data_root  # noqa: E402
+from experiments.common.results import write_json
+from mage_gym.data.io import data_root
 
 DEFAULT_PDFS = ["financebench-dev/pdfs/NIKE_2021_10K.pdf", "mmlongbench-dev/documents/2312.09390v1.pdf",
                 "financebench-dev/pdfs/PEPSICO_2022_10K.pdf"]

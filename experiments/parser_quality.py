@@ -36,6 +36,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
+from experiments.common.config import check_parser, exit_on_config_error
 from mage_gym.data.io import data_root as default_data_root
 from mage_gym.graph.errors import DocumentError
 from mage_gym.graph.parsers import get_parser
@@ -56,7 +57,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     if cfg.limit_docs:
         names = names[: int(cfg.limit_docs)]
     parser_cfg = OmegaConf.to_container(cfg.parser_cfg, resolve=True) or {}
-    parser = get_parser(cfg.parser, **parser_cfg)
+    parser = get_parser(check_parser(cfg.parser, option="parser"), **parser_cfg)
 
     overall, by_type = Tally(), {c: Tally() for c in CATEGORIES}
     by_kind = {"text_layer": Tally(), "image_only": Tally()}
@@ -128,8 +129,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
         "by_type_any": {c: by_type_any[c].as_dict() for c in sorted(by_type_any)},
         "by_page_kind": {k: t.as_dict() for k, t in by_kind.items()},
         "type_confusion": type_confusion,
-        "type_accuracy": {c: round(sum(n for t, n in row.items() if t in TYPED_CATEGORIES[c])
-                                   / max(1, sum(row.values())), 4) for c, row in type_confusion.items()},
+        "type_accuracy": type_accuracy(type_confusion),
         "by_doc": by_doc,
         "seconds_per_page": {"median_doc": med(secs_all), "text_layer_median_doc": med(secs_text),
                              "image_only_median_doc": med(secs_image), "cpu_median_doc": med(cpu)},
@@ -140,6 +140,20 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     }
 
 
+def type_accuracy(type_confusion: dict[str, dict[str, int]]) -> dict[str, float | None]:
+    """Per gold category, the share of its boxes whose best-overlapping element has a compatible type.
+
+    ``None`` (null in results.json, "n/a" in the table) for a category with no
+    gold boxes: no evidence is not 0% accuracy.
+    """
+    out: dict[str, float | None] = {}
+    for cat, row in type_confusion.items():
+        total = sum(row.values())
+        right = sum(n for t, n in row.items() if t in TYPED_CATEGORIES[cat])
+        out[cat] = round(right / total, 4) if total else None
+    return out
+
+
 def format_table(res: dict[str, Any]) -> str:
     rows = ([("overall", res["overall"])] + list(res["by_type"].items())
             + [(f"any:{k}", v) for k, v in res["by_type_any"].items()] + list(res["by_page_kind"].items()))
@@ -148,8 +162,10 @@ def format_table(res: dict[str, Any]) -> str:
     for name, t in rows:
         out.append(f"{name:12s} {t['boxes']:6d} {t['matched']:8d} {t['match_rate']:6.3f} {t['mean_iou']:8.3f}")
     for cat, row in res.get("type_confusion", {}).items():
+        acc = res["type_accuracy"][cat]
         out.append(f"type of the element best overlapping a gold {cat} box (IoU >= 0.3): "
-                   f"right {res['type_accuracy'][cat]:.3f}; {dict(sorted(row.items(), key=lambda kv: -kv[1]))}")
+                   f"right {'n/a (no gold boxes)' if acc is None else f'{acc:.3f}'}; "
+                   f"{dict(sorted(row.items(), key=lambda kv: -kv[1]))}")
     sp = res["seconds_per_page"]
     out.append(f"parse s/page (median over docs): all={sp['median_doc']} text-layer={sp['text_layer_median_doc']} "
                f"image-only={sp['image_only_median_doc']} (CPU s/page median={sp['cpu_median_doc']}); "
@@ -158,6 +174,7 @@ def format_table(res: dict[str, Any]) -> str:
 
 
 @hydra.main(config_path="../conf", config_name="parser_quality", version_base=None)
+@exit_on_config_error
 def main(cfg: DictConfig) -> None:
     res = evaluate(cfg)
     print(format_table(res))

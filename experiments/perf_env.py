@@ -30,15 +30,10 @@ import multiprocessing as mp
 import os
 import platform
 import statistics
-import sys
 import time
 from pathlib import Path
 
 import numpy as np
-
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:
-    sys.path.insert(0, str(REPO))
 
 QUESTIONS = [
     "How did revenue growth in asia change this quarter?", "What was the operating margin and profit?",
@@ -76,10 +71,38 @@ def setup(pages: int, elements: int, encoder: str, n_questions: int = len(QUESTI
     return graph, episodes, query_fn
 
 
-def make_env(episodes, query_fn):
+def make_env(episodes, query_fn, retriever: str = "hybrid"):
     from mage_gym.env import MageRAGEnv
 
-    return MageRAGEnv(episodes=episodes, query_fn=query_fn)
+    return MageRAGEnv(episodes=episodes, query_fn=query_fn, retriever=retriever)
+
+
+def compare_cold_resets(episodes, query_fn, names: list[str], rounds: int) -> dict[str, dict[str, float]]:
+    """Cold-reset medians per retriever, measured interleaved (question by question) in one process.
+
+    Every reset is cold: cached relevance and question vectors are cleared
+    before it, so the question is encoded and scored again. Each retriever's
+    index (page-text vectors included) is built or loaded by a first reset
+    that is not timed.
+    """
+    from mage_gym.env.relevance import clear_caches
+
+    envs = {name: make_env(episodes, query_fn, name) for name in names}
+    for env in envs.values():
+        env.reset(options={"episode_id": episodes[0].episode.episode_id})
+    wall: dict[str, list[float]] = {n: [] for n in names}
+    cpu: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds):
+        for i, ep in enumerate(episodes):
+            order = names if (r + i) % 2 == 0 else names[::-1]  # alternate who goes first
+            for name in order:
+                clear_caches()
+                t, c = time.perf_counter(), time.process_time()
+                envs[name].reset(options={"episode_id": ep.episode.episode_id})
+                wall[name].append((time.perf_counter() - t) * 1000)
+                cpu[name].append((time.process_time() - c) * 1000)
+    return {n: {"reset_cold_ms": statistics.median(wall[n]), "reset_cold_cpu_ms": statistics.median(cpu[n]),
+                "samples": len(wall[n])} for n in names}
 
 
 def run_steps(env, n_steps: int, seed: int) -> tuple[float, float, int]:
@@ -90,8 +113,8 @@ def run_steps(env, n_steps: int, seed: int) -> tuple[float, float, int]:
     w0, c0 = time.perf_counter(), time.process_time()
     for _ in range(n_steps):
         valid = env.action_masks().nonzero()[0]
-        _, _, done, _, _ = env.step(int(valid[rng.integers(len(valid))]))
-        if done:
+        _, _, terminated, truncated, _ = env.step(int(valid[rng.integers(len(valid))]))
+        if terminated or truncated:  # the step cap truncates
             env.reset()
             episodes += 1
     return time.perf_counter() - w0, time.process_time() - c0, episodes
@@ -147,6 +170,9 @@ def main() -> None:
     ap.add_argument("--procs", type=str, default="1,2", help="process counts for the scaling test ('' to skip)")
     ap.add_argument("--extra-envs", type=int, default=8, help="additional envs for the memory figure")
     ap.add_argument("--encoder", choices=("hash", "minilm"), default="hash")
+    ap.add_argument("--compare-retrievers", nargs="*", default=[],
+                    help="also time cold resets of these retrievers beside the default, interleaved "
+                         "(e.g. hybrid_elements hybrid_pages)")
     ap.add_argument("--out", type=str, default="outputs/perf_env")
     args = ap.parse_args()
 
@@ -191,6 +217,13 @@ def main() -> None:
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     print(f"reset: {results['reset_warm_ms']:.2f} ms warm, {results['reset_cold_ms']:.2f} ms cold (new question; "
           f"{results['reset_cold_cpu_ms']:.2f} ms CPU)")
+    if args.compare_retrievers:
+        names = list(dict.fromkeys(args.compare_retrievers))
+        side = compare_cold_resets(episodes, query_fn, names, args.repeats)
+        results["reset_cold_by_retriever"] = side
+        print("cold reset by retriever (interleaved, medians): " + ", ".join(
+            f"{n} {v['reset_cold_ms']:.2f} ms ({v['reset_cold_cpu_ms']:.2f} ms CPU, {v['samples']} resets)"
+            for n, v in side.items()))
     procs = [int(p) for p in args.procs.split(",") if p.strip()]
     if procs:
         scaling = {}
@@ -209,7 +242,7 @@ def main() -> None:
     results["memory"] = mem
     print(f"memory: graph {mem['graph_mb']:.0f} MB, first env {mem['first_env_mb']:.1f} MB, "
           f"each additional env {mem['per_additional_env_mb']:.2f} MB ({mem['envs']} envs)")
-    from _common import write_json  # experiments/ is on sys.path when run as a script
+    from experiments.common.results import write_json
 
     print(f"wrote {write_json(Path(args.out) / 'results.json', results)}")
 

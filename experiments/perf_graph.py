@@ -43,9 +43,8 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO))
 
-from mage_gym.data.io import data_root  # noqa: E402
+from mage_gym.data.io import data_root
 
 DEFAULT_DOCS = ["financebench-dev/pdfs/NIKE_2021_10K.pdf", "mmlongbench-dev/documents/2312.09390v1.pdf"]
 BIG_DOC = "financebench-dev/pdfs/PEPSICO_2022_10K.pdf"

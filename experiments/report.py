@@ -1,6 +1,6 @@
 """Turn a benchmark run's episode traces into a static HTML report (one folder, opens from disk).
 
-Run (from the repo root):
+Run (from the repo root; ``python -m experiments.report`` works the same):
 
     .venv/bin/python experiments/report.py run_dir=outputs/benchmark/<run>
     .venv/bin/python experiments/report.py run_dir=<run> out=/tmp/report max_episodes=20 images.other_pages=false
@@ -19,28 +19,32 @@ from __future__ import annotations
 
 import json
 import logging
-import sys
 import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
-if str(REPO) not in sys.path:  # `python experiments/report.py` puts only experiments/ on the path
-    sys.path.insert(0, str(REPO))
+import hydra
+from omegaconf import DictConfig
 
-import hydra  # noqa: E402
-from omegaconf import DictConfig, OmegaConf  # noqa: E402
+from experiments.common.config import ConfigError, exit_on_config_error, plain
 
 log = logging.getLogger("report")
 
 
-def run(cfg: dict[str, Any], out: Path | None = None) -> dict[str, Any]:
-    """Build the report described by ``cfg`` (the keys of conf/report.yaml); returns the summary."""
+def run(cfg: dict[str, Any]) -> dict[str, Any]:
+    """Build the report described by ``cfg`` (the keys of conf/report.yaml); returns the summary.
+
+    A ``run_dir`` that is not a directory is a :class:`ConfigError` raised
+    before anything is written (Hydra's own output goes nowhere: conf/report.yaml).
+    """
     from mage_gym.report import report_data_from_run_dir, write_report
 
     t0 = time.perf_counter()
     run_dir = Path(cfg["run_dir"])
-    out = Path(cfg["out"]) if cfg.get("out") else (out or run_dir / "report")
+    if not run_dir.is_dir():
+        raise ConfigError(f"run_dir={run_dir} does not exist or is not a directory (a benchmark's run directory, "
+                          "e.g. outputs/benchmark/<run>)")
+    out = Path(cfg["out"]) if cfg.get("out") else run_dir / "report"
     data = report_data_from_run_dir(
         run_dir, dataset=cfg.get("dataset") or None, parser=cfg.get("parser"), graph_kwargs=cfg.get("graph_kwargs"),
         build_missing=bool(cfg.get("build_missing", True)), title=cfg.get("title"),
@@ -54,13 +58,11 @@ def run(cfg: dict[str, Any], out: Path | None = None) -> dict[str, Any]:
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="report")
+@exit_on_config_error
 def main(cfg: DictConfig) -> None:
-    from hydra.core.hydra_config import HydraConfig
-
-    c = OmegaConf.to_container(cfg, resolve=True)
-    assert isinstance(c, dict)
+    c = plain(cfg)
     c.pop("hydra", None)
-    s = run(c, Path(HydraConfig.get().runtime.output_dir))
+    s = run(c)
     print(f"{s['episodes']} episodes, {s['runs']} runs of {len(s['policies'])} policies "
           f"({', '.join(s['policies'])}); {s['images_written']} images written, {s['images_reused']} reused; "
           f"{s['seconds']} s")

@@ -1,15 +1,47 @@
-"""Small hand-made evidence graphs for unit tests (no PDF, no model).
+"""Test helpers: small hand-made evidence graphs and a model-free text encoder (no PDF, no model).
 
 Why: modules downstream of the graph (retrieval, gold mapping, env, render)
-need a graph with known structure to test against, without paying for parsing
-or the text encoder. Vectors here are deterministic pseudo-embeddings.
+need a graph with known structure to test against, and the graph builder's
+tests need vectors, without paying for parsing or the text encoder. Vectors
+here are deterministic pseudo-embeddings.
 """
 from __future__ import annotations
+
+import re
+import zlib
+from typing import Sequence
 
 import numpy as np
 
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.graph.schema import EDGE_KINDS, DocumentSource, Element, Page, element_id, page_id
+
+_WORD = re.compile(r"[a-z0-9]+")
+
+
+class HashingEncoder:
+    """Deterministic bag-of-words vectors: a model-free stand-in for MiniLM.
+
+    Why: unit tests that build graphs from hand-made documents
+    (:func:`mage_gym.graph.build.build_from_parsed`) need vectors where texts
+    that share words are similar and unrelated texts are not, without loading
+    a model. Words are hashed (crc32, stable across processes) into ``dim``
+    buckets with a sign; vectors are L2-normalised; empty text gives zeros.
+    """
+
+    def __init__(self, dim: int = 64, name: str = "hashing-bow") -> None:
+        self.dim = dim
+        self.name = f"{name}-{dim}"
+
+    def encode(self, texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        for i, t in enumerate(texts):
+            for w in _WORD.findall((t or "").lower()):
+                h = zlib.crc32(w.encode())
+                out[i, h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0
+        norms = np.linalg.norm(out, axis=1, keepdims=True)
+        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
+
 
 _TYPES = ("title", "paragraph", "table", "chart", "paragraph", "list", "figure", "caption")
 

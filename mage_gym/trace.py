@@ -3,7 +3,8 @@
 Why: comparing controllers means looking at what they did, and a result is
 only trusted when it can be reproduced. A trace holds, one JSON object a line:
 
-- ``reset``: episode id, seed, budget, entry pages;
+- ``reset``: episode id, seed, budget, entry pages, ``trace_format`` (absent
+  in traces written before it existed; the records are otherwise the same);
 - ``step``: operation, target node id (and slot), search query, whether it was
   accepted, the error otherwise, the budget left after it, the ids of nodes
   whose state changed, and whether the round closed automatically;
@@ -16,39 +17,44 @@ only trusted when it can be reproduced. A trace holds, one JSON object a line:
 Every record carries ``episode`` (a counter per environment) and
 ``episode_id``. :func:`replay` re-runs the recorded operations through the
 same transition code and returns the environment in the final state.
+Records are built from the env's transition events (:class:`TraceRecorder`
+observes the env), so the operations inside an LLM round are recorded too.
 """
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
-
-def _default(o: Any) -> Any:
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    if isinstance(o, (set, frozenset, tuple)):
-        return list(o)
-    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+from mage_gym.jsonio import json_default
 
 
 def dumps(record: dict[str, Any]) -> str:
-    return json.dumps(record, default=_default, ensure_ascii=False, allow_nan=False)
+    return json.dumps(record, default=json_default, ensure_ascii=False, allow_nan=False)
+
+
+#: Version of the record format, in every ``reset`` record. Traces without it (written before the
+#: field existed) have the same records; readers accept both.
+TRACE_FORMAT = 1
 
 
 class TraceRecorder:
-    """Collects the records of the current episode; appends them to ``path`` when it ends."""
+    """Collects the records of the current episode; appends them to ``path`` when it ends.
+
+    An observer of :class:`~mage_gym.env.env.MageRAGEnv` (``env.add_observer``):
+    it turns the env's transition events into the records described above,
+    so a new trace field is added here only. Use it through
+    :class:`mage_gym.wrappers.TraceRecording` (or the env's ``trace_path=``
+    shortcut).
+    """
 
     def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
         self.path = Path(path) if path is not None else None
         self.records: list[dict[str, Any]] = []
+        self._last_step: dict[str, Any] | None = None
         if self.path is not None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
 
@@ -70,6 +76,73 @@ class TraceRecorder:
         assert self.path is not None
         with open(self.path, "a", encoding="utf-8") as f:
             f.write("".join(dumps(r) + "\n" for r in records))
+
+    # --- the env's events -> records ------------------------------------------------------
+
+    def __call__(self, env: Any, event: str, data: Mapping[str, Any]) -> None:
+        handler = getattr(self, f"_on_{event}", None)
+        if handler is not None:
+            handler(env, data)
+
+    @staticmethod
+    def _ids(env: Any) -> Any:
+        return env.state.gi.node_ids
+
+    def _on_reset(self, env: Any, data: Mapping[str, Any]) -> None:
+        public = env.public_episode
+        ids = self._ids(env)
+        self.start({
+            "kind": "reset", "episode": data["episode"], "episode_id": public["episode_id"],
+            "doc_id": public["doc_id"], "question": public["question"], "seed": data["seed"],
+            "budget": env.budget.to_dict(), "K": env.K, "render_mode": env.render_mode,
+            "entry_pages": [ids[p] for p in env.state.activation_order],
+            "retriever": getattr(env.retriever, "name", type(env.retriever).__name__),
+            "trace_format": TRACE_FORMAT,
+        })
+
+    def _on_operation(self, env: Any, data: Mapping[str, Any]) -> None:
+        from mage_gym.env.actions import OP_NAMES, Op
+
+        state, ids = env.state, self._ids(env)
+        op, node, res, query = data["op"], data["node"], data["result"], data["query"]
+        n = len(ids)
+        self._last_step = {
+            "kind": "step", "episode": env.episode_count, "episode_id": env.episode_id,
+            "t": state.counters.steps, "round": state.counters.round, "phase": data["phase"],
+            "op": OP_NAMES[op], "node_id": ids[node] if 0 <= node < n else None,
+            "slot": data["slot"], "free_text": data["free_text"],
+            "query": query.text if op == Op.SEARCH and query else None,
+            "reason": data["reason"], "ok": res.ok, "error": res.error,
+            "changed": [ids[v] for v in res.changed], "auto_close": data["auto_close"],
+        }
+        self.add(self._last_step)
+
+    def _on_operation_done(self, env: Any, data: Mapping[str, Any]) -> None:
+        if self._last_step is not None:
+            self._last_step["budget_left"] = env.state.budget_left()
+            self._last_step = None
+
+    def _on_round(self, env: Any, data: Mapping[str, Any]) -> None:
+        ids = self._ids(env)
+        self.add({"kind": "round", "episode": env.episode_count, "episode_id": env.episode_id,
+                  "round": env.state.counters.round, "decision": data["decision"].to_dict(), "raw": data["raw"],
+                  "candidates": [ids[v] for v in data["candidates"]]})
+
+    def _on_round_end(self, env: Any, data: Mapping[str, Any]) -> None:
+        self.add({"kind": "round_end", "episode": env.episode_count, "episode_id": env.episode_id,
+                  "round": data["round"], "reason": data["reason"]})
+
+    def _on_end(self, env: Any, data: Mapping[str, Any]) -> None:
+        from mage_gym.render import rendered_summary
+
+        out, outcome = data["reader_output"], data["outcome"]
+        self.end({
+            "kind": "end", "episode": env.episode_count, "episode_id": env.episode_id,
+            "stop_reason": data["reason"], "final_states": final_states(env.state.gi.graph, env.state.node_state),
+            "rendered": rendered_summary(data["rendered"]),
+            "reader_output": {"answer": out.answer, "raw": out.raw, "cached": out.cached, "error": out.error},
+            "reward_components": outcome.components, "metrics": outcome.metrics,
+        })
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:

@@ -20,6 +20,7 @@ POLICIES: dict[str, tuple[str, str]] = {
     "heuristic": ("policies.heuristic", "HeuristicPolicy"),
     "llm_evaluator": ("policies.llm_evaluator", "LLMEvaluatorPolicy"),
     "ppo": ("policies.ppo", "PPOPolicy"),
+    "oracle": ("policies.oracle", "OraclePolicy"),  # privileged: reads gold; an upper bound, never a baseline
 }
 
 

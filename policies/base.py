@@ -9,7 +9,8 @@ the text view. Nothing here gives a policy access to gold or env internals.
 Two levels of decision exist because the environment has two interfaces:
 
 - ``level = "step"``: :meth:`Policy.act` returns one flat action id
-  (``0`` = Stop, then ``1 + op_block * K + slot``) for ``env.step``;
+  (:class:`~mage_gym.env.ActionLayout`: ``0`` = Stop, then one block of ``K``
+  slots per operation) for ``env.step``;
 - ``level = "round"``: :meth:`Policy.act` returns a
   :class:`~mage_gym.env.RoundDecision` for ``env.submit_round`` (the LLM
   evaluator's granularity: one decision per round), or the flat action ``0``
@@ -22,7 +23,7 @@ from typing import Any, Mapping, Protocol, Union, runtime_checkable
 
 import numpy as np
 
-from mage_gym.env import Budget, RoundDecision, n_actions
+from mage_gym.env import ActionLayout, Budget, RoundDecision
 
 #: What :meth:`Policy.act` returns.
 Action = Union[int, RoundDecision]
@@ -42,12 +43,18 @@ class EnvInfo:
     question: str = ""
     seed: int | None = None
 
+    @property
+    def layout(self) -> ActionLayout:
+        """Where each (operation, slot) sits in the flat action space."""
+        return ActionLayout(self.K)
+
     @classmethod
     def from_env(cls, env: Any, seed: int | None = None) -> "EnvInfo":
         """Read the public properties of a (possibly wrapped) ``MageRAGEnv`` after ``reset``."""
-        u = getattr(env, "unwrapped", env)
-        public = u.public_episode
-        return cls(K=int(u.K), n_actions=n_actions(int(u.K)), budget=u.budget, render_mode=str(u.render_mode),
+        get = env.get_wrapper_attr
+        public = get("public_episode")
+        K = int(get("K"))
+        return cls(K=K, n_actions=ActionLayout(K).n, budget=get("budget"), render_mode=str(get("render_mode")),
                    episode_id=public["episode_id"], doc_id=public["doc_id"], question=public["question"],
                    seed=seed)
 

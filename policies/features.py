@@ -13,7 +13,7 @@ from typing import Mapping
 
 import numpy as np
 
-from mage_gym.env import NODE_FEATURES, Op, encode_action
+from mage_gym.env import NODE_FEATURES, ActionLayout, Op
 
 _COL = {name: i for i, name in enumerate(NODE_FEATURES)}
 _LINK_COLS = [i for name, i in _COL.items() if name.startswith("linked_by_")]
@@ -66,15 +66,12 @@ class SlotView:
 
 
 def action_of(op: Op, slot: int, K: int) -> int:
-    return encode_action(op, slot, K)
+    return ActionLayout(K).encode(op, slot)
 
 
 def op_mask(mask: np.ndarray, op: Op, K: int) -> np.ndarray:
     """bool [K]: slots where ``op`` is a valid action."""
-    if op == Op.STOP:
-        raise ValueError("Stop is not slot-addressed")
-    start = 1 + (int(op) - 1) * K
-    return np.asarray(mask[start: start + K], dtype=bool)
+    return np.asarray(ActionLayout(K).block(mask, op), dtype=bool)
 
 
 def best_slot(scores: np.ndarray, allowed: np.ndarray) -> int | None:

@@ -23,15 +23,15 @@ def collect_demos(env: Any, teacher: Policy, episode_ids: Sequence[str], seed: i
 
     if teacher.level != "step":
         raise ValueError("behaviour cloning needs a step-level teacher (flat actions)")
-    u = getattr(env, "unwrapped", env)
+    action_masks = env.get_wrapper_attr("action_masks")
     obs_rows: dict[str, list[np.ndarray]] = {}
     masks, actions = [], []
     for i, eid in enumerate(tqdm(episode_ids, desc="demos", unit="ep", disable=not progress)):
         obs, _ = env.reset(seed=seed + i, options={"episode_id": eid})
-        teacher.reset(EnvInfo.from_env(u, seed=seed + i))
+        teacher.reset(EnvInfo.from_env(env, seed=seed + i))
         done = False
         while not done:
-            mask = u.action_masks()
+            mask = action_masks()
             a = int(teacher.act(obs, None, mask))
             for k, v in obs.items():
                 obs_rows.setdefault(k, []).append(np.asarray(v))

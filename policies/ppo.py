@@ -1,6 +1,6 @@
 """``ppo``: a learned controller - sb3-contrib MaskablePPO over the slot observation.
 
-Why MaskablePPO: the flat action space (Stop + 5 operations x K slots) is
+Why MaskablePPO: the flat action space (Stop + one block of K slots per operation, see ``ActionLayout``) is
 mostly invalid at any moment (empty slots, spent budgets); masking through
 ``env.action_masks()`` keeps exploration on valid operations. The network is
 the slot-set extractor and per-slot head of :mod:`policies.slot_net`. Other
@@ -9,7 +9,7 @@ masks - invalid actions are no-ops with an error - and act with the mask
 applied to their action probabilities).
 
 A checkpoint is SB3's ``.zip`` plus a ``.json`` sidecar (algorithm, K, the
-observation keys, training config) so ``policy.checkpoint=PATH`` restores the
+observation keys, training config) so ``policy.ppo.checkpoint=PATH`` restores the
 right class and refuses an environment with another K.
 """
 from __future__ import annotations
@@ -88,7 +88,7 @@ class PPOPolicy(BasePolicy):
         super().__init__(render_mode=render_mode, **kw)
         self.train_cfg = dict(train or {})  # training settings (experiments/train.py); unused when acting
         if model is None and not checkpoint:
-            raise ValueError("ppo needs policy.checkpoint=PATH (train one with experiments/train.py)")
+            raise ValueError("ppo needs policy.ppo.checkpoint=PATH (train one with experiments/train.py)")
         self.checkpoint = checkpoint
         self.meta: dict[str, Any] = {}
         if model is None:

@@ -3,7 +3,9 @@
 Why one loop: benchmark, training-time evaluation and tests must run every
 policy the same way, through the env's public interfaces only: ``step`` with
 a flat action for step-level policies, ``submit_round`` for round-level ones,
-the mask and the text view read before each decision.
+the mask and the text view read before each decision. Everything is reached
+with ``env.get_wrapper_attr``, so wrappers (traces, shaping, text view in
+``info``) see every move, LLM rounds included.
 """
 from __future__ import annotations
 
@@ -40,18 +42,19 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
     budget's step cap plus T); when hit, Stop is sent.
     """
     t0 = time.perf_counter()
-    u = getattr(env, "unwrapped", env)
+    get = env.get_wrapper_attr  # reaches the env's methods through any wrappers (the outermost one wins)
     options = {"episode_id": episode_id} if episode_id is not None else None
     obs, info = env.reset(seed=seed, options=options)
-    policy.reset(EnvInfo.from_env(u, seed=seed))
-    budget = u.budget
+    policy.reset(EnvInfo.from_env(env, seed=seed))
+    budget = get("budget")
+    action_masks, text_view, submit_round = get("action_masks"), get("text_view"), get("submit_round")
     limit = max_decisions if max_decisions is not None else budget.max_steps + budget.T + 2
     total, decisions, invalid = 0.0, 0, 0
     errors: list[str] = []
     done = False
     while not done:
-        mask = u.action_masks()
-        view = u.text_view() if policy.uses_text_view else None
+        mask = action_masks()
+        view = text_view() if policy.uses_text_view else None
         if decisions >= limit:
             action: Any = 0 if policy.level == "step" else RoundDecision(stop=True)
             errors.append(f"policy did not stop within {limit} decisions; sent Stop")
@@ -59,7 +62,7 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
             action = policy.act(obs, view, mask)
         decisions += 1
         if isinstance(action, (RoundDecision, Mapping)):
-            obs, reward, terminated, truncated, info = u.submit_round(action, raw=getattr(policy, "last_raw", None))
+            obs, reward, terminated, truncated, info = submit_round(action, raw=getattr(policy, "last_raw", None))
             errs = info.get("errors") or ([info["last_action_error"]] if info.get("last_action_error") else [])
             invalid += len(errs)
             errors.extend(errs)
@@ -71,7 +74,7 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
             obs, reward, terminated, truncated, info = env.step(a)
         total += float(reward)
         done = bool(terminated or truncated)
-    out = getattr(u, "last_reader_output", None)
+    out = get("last_reader_output")
     return EpisodeResult(
         episode_id=str(info.get("episode_id", episode_id)), reward=total,
         components=dict(info.get("reward_components", {})), metrics=dict(info.get("metrics", {})),

@@ -9,9 +9,9 @@ the same node must get the same logits whichever slot it sits in. Here
   (masked mean, masked max and question-conditioned attention), mixes the pool
   with the budget/progress vector into a global context, and re-embeds every
   slot with that context;
-- :class:`SlotActionHead` scores the five slot operations of each slot with
-  one shared linear layer and Stop from the global context, laid out as the
-  environment's flat action space (Stop, then op-major blocks of K).
+- :class:`SlotActionHead` scores the slot operations of each slot with one
+  shared linear layer and Stop from the global context, placed in the
+  environment's flat action space by :class:`~mage_gym.env.ActionLayout`.
 
 The extractor's output is ``[K * slot_dim + global_dim]`` so SB3's value
 network (an MLP) can read it unchanged; the policy classes below swap only the
@@ -30,7 +30,7 @@ from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPo
 from stable_baselines3.common.policies import MultiInputActorCriticPolicy
 from stable_baselines3.common.torch_layers import BaseFeaturesExtractor
 
-N_SLOT_OPS = 5
+from mage_gym.env.actions import ActionLayout
 
 
 def _mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
@@ -93,12 +93,15 @@ class SlotSetExtractor(BaseFeaturesExtractor):
 
 
 class SlotActionHead(nn.Module):
-    """Features ``[K*slot_dim + global_dim]`` -> logits ``[1 + 5K]`` (Stop, then op-major slot blocks)."""
+    """Features ``[K*slot_dim + global_dim]`` -> logits ``[ActionLayout(K).n]`` (the env's flat action order)."""
 
     def __init__(self, K: int, slot_dim: int, global_dim: int) -> None:
         super().__init__()
-        self.K, self.slot_dim = K, slot_dim
-        self.slot_logits = nn.Linear(slot_dim + global_dim, N_SLOT_OPS)
+        layout = ActionLayout(K)
+        self.K, self.slot_dim, self.n_actions, self.stop_index = K, slot_dim, layout.n, layout.STOP
+        # flat action id of (slot k, operation j), in the order the per-slot logits come out
+        self.register_buffer("slot_ids", th.as_tensor(layout.slot_action_ids().T.reshape(-1)), persistent=False)
+        self.slot_logits = nn.Linear(slot_dim + global_dim, layout.n_slot_ops)
         self.stop_logit = nn.Linear(global_dim, 1)
         for layer in (self.slot_logits, self.stop_logit):
             nn.init.orthogonal_(layer.weight, gain=0.01)
@@ -109,7 +112,10 @@ class SlotActionHead(nn.Module):
         s = features[:, : self.K * self.slot_dim].reshape(B, self.K, self.slot_dim)
         g = features[:, self.K * self.slot_dim:]
         per_slot = self.slot_logits(th.cat([s, g.unsqueeze(1).expand(B, self.K, g.shape[-1])], dim=-1))
-        return th.cat([self.stop_logit(g), per_slot.transpose(1, 2).reshape(B, N_SLOT_OPS * self.K)], dim=-1)
+        logits = features.new_empty(B, self.n_actions)
+        logits[:, self.stop_index] = self.stop_logit(g).squeeze(-1)
+        logits[:, self.slot_ids] = per_slot.reshape(B, -1)
+        return logits
 
 
 def _swap_head(policy: Any, lr_schedule: Any) -> None:

@@ -11,20 +11,13 @@ import pytest
 
 import mage_gym.graph.parsers as parsers_pkg
 from mage_gym.graph import store
-from mage_gym.graph.build import (
-    EmbedConfig,
-    HashingEncoder,
-    _chunks,
-    build_from_parsed,
-    build_graph,
-    embed_pages,
-    load_graph,
-    prepare_page,
-)
+from mage_gym.graph.build import build_from_parsed, build_graph, failed_pages, load_graph
 from mage_gym.graph.errors import DocumentError, MissingDocumentError
-from mage_gym.graph.schema import DocumentSource, ParsedDocument, ParsedElement, ParsedPage
+from mage_gym.graph.prepare import EmbedConfig, embed_pages, prepare_page
+from mage_gym.graph.schema import DocumentSource, PageFailure, ParsedDocument, ParsedElement, ParsedPage
 from mage_gym.graph.store import GraphNotBuiltError
 from mage_gym.graph.summarize import first_sentences, summarize_element, summarize_page, table_shape
+from mage_gym.testing import HashingEncoder
 
 SRC = DocumentSource(kind="pdf", path="<hand-made>")
 
@@ -52,7 +45,7 @@ class FakeParser:
     def __init__(self, **cfg):
         self.cfg = cfg
 
-    def parse(self, source, pages=None, max_pages=None):
+    def parse(self, source, pages=None, max_pages=None, progress=None):
         FakeParser.calls += 1
         doc = parsed_doc(5)
         keep = [p for p in doc.pages if (max_pages is None or p.index < max_pages)
@@ -189,21 +182,23 @@ def test_build_then_cached(tmp_path, pdf, fake_parser):
 
 def test_graph_with_failed_pages_is_not_cached(tmp_path, pdf, monkeypatch):
     """A page that failed (e.g. a transient ImportError) must not be frozen into the cache."""
-    from mage_gym.graph.schema import failure_warning
+    from mage_gym.graph.parsers.base import page_with_failure
 
     class FlakyParser(FakeParser):
-        def parse(self, source, pages=None, max_pages=None):
+        def parse(self, source, pages=None, max_pages=None, progress=None):
             doc = super().parse(source, pages, max_pages)
             if FakeParser.calls == 1:  # the first build loses page 2
-                doc.pages[2] = ParsedPage(index=2, width=0.0, height=0.0,
-                                          warnings=[failure_warning("parse failed", ImportError("half-installed"))])
+                doc.pages[2] = page_with_failure(PageFailure.from_exception(2, "parse", ImportError("half-installed")))
             return doc
 
     FakeParser.calls = 0
     monkeypatch.setattr(parsers_pkg, "get_parser", lambda name, **cfg: FlakyParser(**cfg))
     cache = tmp_path / "cache"
     g1 = build_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())
-    assert g1.meta["failed_pages"] == [2] and not g1.elements_of_page(2)
+    assert failed_pages(g1) == [PageFailure(2, "parse", "ImportError", "half-installed")]
+    assert g1.meta["failed_pages"] == [{"page": 2, "stage": "parse", "error_type": "ImportError",
+                                        "message": "half-installed"}] and not g1.elements_of_page(2)
+    assert "p2: parse failed: ImportError: half-installed" in g1.meta["warnings"]  # the same, for people
     with pytest.raises(GraphNotBuiltError):
         load_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())
     g2 = build_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())  # parsed again, now whole
@@ -276,15 +271,31 @@ def test_bad_input_raises_typed_errors(tmp_path, pdf):
         build_graph(pdf, workers=2, encoder=HashingEncoder(), cache_dir=tmp_path)
 
 
-def test_chunks_are_contiguous_and_cover():
-    for n, w in [(1, 2), (7, 2), (100, 2), (33, 3), (5, 1), (503, 2)]:
-        ch = _chunks(n, w)
-        assert [p for c in ch for p in c] == list(range(n))
-        assert all(len(c) <= 32 for c in ch)
-        assert n < 4 * w or len(ch) >= min(2 * w, n // 4)
-        sizes = [len(c) for c in ch]
-        assert all(a >= b for a, b in zip(sizes[:-1], sizes[1:])), sizes  # big first, small last
-        assert n < 8 or sizes[-1] <= 4
+def test_ctrl_c_leaves_nothing_in_the_cache(tmp_path, pdf, monkeypatch):
+    """A KeyboardInterrupt while parsing, or while the entry is written, leaves no entry and no temp files."""
+
+    class InterruptedParser(FakeParser):
+        def parse(self, source, pages=None, max_pages=None, progress=None):
+            progress(1)
+            raise KeyboardInterrupt
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(parsers_pkg, "get_parser", lambda name, **cfg: InterruptedParser(**cfg))
+    with pytest.raises(KeyboardInterrupt):
+        build_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())
+    assert not cache.exists() or not any(cache.iterdir())
+
+    monkeypatch.setattr(parsers_pkg, "get_parser", lambda name, **cfg: FakeParser(**cfg))
+
+    def interrupted_write(arr):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(store, "_npy_bytes", interrupted_write)
+    with pytest.raises(KeyboardInterrupt):
+        build_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())
+    assert list(cache.iterdir()) == []  # the half-written temporary entry was removed
+    with pytest.raises(GraphNotBuiltError):
+        load_graph(pdf, "fake", cache_dir=cache, encoder=HashingEncoder())
 
 
 def test_load_graph_imports_no_parser_pdf_library_or_torch(tmp_path, pdf, fake_parser):
@@ -298,7 +309,7 @@ def test_load_graph_imports_no_parser_pdf_library_or_torch(tmp_path, pdf, fake_p
     code = textwrap.dedent(f"""
         import sys
         from mage_gym.graph import load_graph
-        from mage_gym.graph.build import HashingEncoder
+        from mage_gym.testing import HashingEncoder
         g = load_graph({str(pdf)!r}, "fake", cache_dir={str(cache)!r}, encoder=HashingEncoder())
         assert g.n_elements == {g.n_elements} and g.meta["cache_hit"]
         print(",".join(m for m in ("torch", "transformers", "pymupdf", "pymupdf4llm", "mage_gym.graph.parsers")

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mage_gym.graph.build import HashingEncoder, build_from_parsed
+from mage_gym.graph.build import build_from_parsed
 from mage_gym.graph.edges import (
     EdgeConfig,
     build_edges,
@@ -15,6 +15,7 @@ from mage_gym.graph.edges import (
     section_structure,
 )
 from mage_gym.graph.schema import EDGE_KINDS, DocumentSource, ParsedDocument, ParsedElement, ParsedPage
+from mage_gym.testing import HashingEncoder
 
 SRC = DocumentSource(kind="pdf", path="<hand-made>")
 W, H = 600.0, 800.0

@@ -7,10 +7,11 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-import mage_gym.env  # noqa: F401  (registers MageRAG-v0)
+import mage_gym  # noqa: F401  (registers MageRAG-v0)
 from mage_gym.data.episode import Episode
 from mage_gym.env import (
-    ACTIVATED, OPENED, PRUNED, UNVISITED, Budget, EnvEpisode, MageRAGEnv, Op, RoundDecision, encode_action,
+    ACTIVATED, OBSERVATION_KEYS, OPENED, PRUNED, UNVISITED, Budget, EnvEpisode, MageRAGEnv, Op, RoundDecision,
+    encode_action,
 )
 from mage_gym.env._synthetic import hash_query_fn, toy_episodes
 from mage_gym.testing import make_toy_graph
@@ -64,7 +65,8 @@ def test_same_seed_same_actions_same_trajectory():
         out, done = [obs], False
         while not done:
             valid = np.flatnonzero(env.action_masks())
-            obs, r, done, _, info = env.step(int(valid[rng.integers(len(valid))]))
+            obs, r, terminated, truncated, info = env.step(int(valid[rng.integers(len(valid))]))
+            done = terminated or truncated
             out.append(obs)
         return out, r, env.state.node_state.copy()
 
@@ -119,25 +121,41 @@ def test_round_ends_after_m_activations_and_T_rounds_stop_the_episode():
     rounds = []
     while not done:
         mask = env.action_masks()
-        act = np.flatnonzero(mask[1 + env.K: 1 + 2 * env.K])  # ActivateNode only
+        act = np.flatnonzero(env.layout.block(mask, Op.ACTIVATE_NODE))
         assert len(act), "expected an element to activate"
-        _, r, done, _, info = env.step(1 + env.K + int(act[0]))
+        _, r, done, _, info = env.step(env.layout.encode(Op.ACTIVATE_NODE, int(act[0])))
         rounds.append(env.state.counters.round)
     assert rounds == [0, 1, 1, 2]
     assert info["stop_reason"] == "max_rounds" and info["activations"] == 4
     assert "reward_components" in info and isinstance(r, float)
 
 
-def test_step_cap_is_an_implicit_stop():
+def test_step_cap_truncates_but_still_renders_reads_and_pays():
     env = make(budget={"k": 2, "m": 1, "B": 0, "T": 1})  # cap = 1 * (1 + 0 + 2) = 3 steps
     env.reset(options={"episode_id": "elem"})
     v = env.state.working[0]
-    done, n = False, 0
+    done, n, rewards = False, 0, []
     while not done:  # invalid actions count as steps too
-        _, _, done, _, info = env.step(encode_action(Op.OPEN_NODE, slot_of(env, v), env.K))
+        _, r, terminated, truncated, info = env.step(encode_action(Op.OPEN_NODE, slot_of(env, v), env.K))
+        done = terminated or truncated
+        rewards.append(r)
         n += 1
         assert info["last_action_error"]
     assert n == 3 and info["stop_reason"] == "step_cap" and info["invalid_actions"] == 3
+    assert truncated and not terminated
+    assert env.last_render is not None and info["reader_calls"] == 1
+    assert rewards[:-1] == [0.0, 0.0] and rewards[-1] == info["reward_components"]["reward"] != 0.0
+
+
+def test_stop_and_exhausted_rounds_terminate():
+    env = make()
+    env.reset(options={"episode_id": "elem"})
+    _, _, terminated, truncated, info = env.step(0)
+    assert terminated and not truncated and info["stop_reason"] == "stop"
+    env = make(budget={"k": 1, "m": 1, "T": 1})
+    env.reset(options={"episode_id": "elem"})
+    _, _, terminated, truncated, info = env.submit_round(RoundDecision(activate=(1,)))
+    assert terminated and not truncated and info["stop_reason"] == "max_rounds"
 
 
 def test_open_node_needs_an_activated_element_and_budget_B():
@@ -209,9 +227,11 @@ def test_activation_budget_exhaustion_is_masked():
     env.reset(options={"episode_id": "elem"})
     v = first_frontier_element(env)
     env.step(encode_action(Op.ACTIVATE_NODE, slot_of(env, v), env.K))
-    mask = env.action_masks()[1:].reshape(5, env.K)
-    assert not mask[0].any() and not mask[1].any() and not mask[3].any()
-    assert mask[2].any() and mask[4].any() and env.action_masks()[0]
+    mask = env.action_masks()
+    for op, allowed in ((Op.ACTIVATE_PAGE, False), (Op.ACTIVATE_NODE, False), (Op.SEARCH, False),
+                        (Op.OPEN_NODE, True), (Op.PRUNE, True)):
+        assert env.layout.block(mask, op).any() == allowed, op
+    assert mask[0]
 
 
 def test_candidates_working_set_first_then_frontier_by_relevance():
@@ -335,6 +355,7 @@ def test_gym_make_vector_env_and_check_env():
 
     env = gym.make("MageRAG-v0", episodes=toy_episodes(), query_fn=QF, K=8)
     check_env(env.unwrapped)
+    check_env(MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=8, observation_keys=OBSERVATION_KEYS))
     venv = gym.vector.SyncVectorEnv([lambda: MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=8)] * 2)
     obs, _ = venv.reset(seed=0)
     assert obs["nodes"].shape == (2, 8, obs["nodes"].shape[2])
@@ -394,7 +415,7 @@ def test_make_env_needs_exactly_one_source():
     with pytest.raises(ValueError):
         make_env()
     env = make_env(episodes=toy_episodes(), query_fn=QF, K=8)
-    assert env.unwrapped.K == 8 and env.spec.id == "MageRAG-v0"
+    assert env.get_wrapper_attr("K") == 8 and env.spec.id == "MageRAG-v0"
 
 
 def test_page_window_keeps_pages_outside_it_out_of_play():
@@ -407,7 +428,7 @@ def test_page_window_keeps_pages_outside_it_out_of_play():
     assert set(s.activation_order) == inside  # k=5 but only 3 pages in the window
     in_play = [v for v in env.slots.tolist() if v >= 0]
     assert all(int(gi.node_page[v]) in inside for v in in_play)
-    assert not env.action_masks()[1 + 3 * env.K: 1 + 4 * env.K].any()  # no page left to search for
+    assert not env.layout.block(env.action_masks(), Op.SEARCH).any()  # no page left to search for
     s.check_invariants()
     _, _, _, _, info = env.step(0)
     assert all(env.graph.page_of(n) in inside for n in env.last_render.node_ids)

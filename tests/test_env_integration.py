@@ -12,23 +12,26 @@ from mage_gym.env import MageRAGEnv, RoundDecision, make_env
 
 
 def random_episode(env, seed: int) -> dict:
-    u = env.unwrapped
+    action_masks = env.get_wrapper_attr("action_masks")
     env.reset(seed=seed)
     rng, done = np.random.default_rng(seed), False
     while not done:
-        valid = np.flatnonzero(u.action_masks())
-        _, r, done, _, info = env.step(int(valid[rng.integers(len(valid))]))
+        valid = np.flatnonzero(action_masks())
+        _, r, terminated, truncated, info = env.step(int(valid[rng.integers(len(valid))]))
+        done = terminated or truncated
     assert np.isfinite(r) and info["stop_reason"] in ("stop", "max_rounds", "step_cap")
     return info
 
 
 def scripted_episode(env, episode_id: str) -> dict:
     """Activate the best candidates, open every activated element, stop (through submit_round)."""
-    u = env.unwrapped
+    get = env.get_wrapper_attr
     env.reset(options={"episode_id": episode_id})
-    u.submit_round(RoundDecision(activate=tuple(range(1, u.budget.m + 1))))
-    to_open = [u.gi.node_ids[v] for v in u.state.working if v >= u.gi.n_pages][: u.budget.B]
-    _, r, done, _, info = u.submit_round(RoundDecision(open=tuple(to_open), stop=True))
+    budget, submit_round = get("budget"), get("submit_round")
+    submit_round(RoundDecision(activate=tuple(range(1, budget.m + 1))))
+    gi, state = get("gi"), get("state")
+    to_open = [gi.node_ids[v] for v in state.working if v >= gi.n_pages][: budget.B]
+    _, r, done, _, info = submit_round(RoundDecision(open=tuple(to_open), stop=True))
     assert done and info["opens"] == len(to_open)
     return info
 
@@ -60,7 +63,7 @@ def test_agents_on_generator_episodes(synth_episodes):
     answerable = next(e for e in synth_episodes if e.answerable)
     info = scripted_episode(env, answerable.episode_id)
     assert info["reward_components"]["support"] >= 0.0
-    ppo_smoke(env.unwrapped)
+    ppo_smoke(env)  # MaskablePPO finds the masks through the wrappers gym.make adds
 
 
 @pytest.mark.real_data
@@ -76,3 +79,27 @@ def test_agents_on_real_benchmark_episodes(data_root):
     assert env.last_render.images[0].load().size[0] > 0  # pixels come lazily from the real PDF
     scripted_episode(env, episodes[0].episode_id)
     ppo_smoke(env)
+
+
+@pytest.mark.real_data
+@pytest.mark.slow
+def test_text_observation_stays_in_its_space_on_real_documents(data_root):
+    """Real PDFs carry any character (ligatures, symbols, CJK): the opt-in text key must still be in its space."""
+    from mage_gym.data.registry import load_dataset
+    from mage_gym.env import OBSERVATION_KEYS
+
+    episodes = load_dataset("mmlongbench", root=data_root / "mmlongbench-dev", limit=4, seed=1)
+    env = MageRAGEnv(episodes=episodes, parser="fast", graph_kwargs={"max_pages": 6}, K=32,
+                     observation_keys=OBSERVATION_KEYS)
+    non_ascii = 0
+    for i, ep in enumerate(episodes):
+        obs, _ = env.reset(seed=i, options={"episode_id": ep.episode_id})
+        rng, done = np.random.default_rng(i), False
+        while not done:
+            assert env.observation_space.contains(obs)
+            non_ascii += any(ord(c) > 127 for c in obs["text"])
+            valid = np.flatnonzero(env.action_masks())
+            obs, _, terminated, truncated, _ = env.step(int(valid[rng.integers(len(valid))]))
+            done = terminated or truncated
+        assert env.observation_space.contains(obs)
+    assert non_ascii > 0  # the check did see characters outside ASCII

@@ -6,8 +6,9 @@ from dataclasses import replace
 import numpy as np
 
 from mage_gym.data.episode import FLAG_EMPTY_EVIDENCE, Region
-from mage_gym.env import EnvEpisode, MageRAGEnv, RoundDecision
+from mage_gym.env import OBSERVATION_KEYS, ActionLayout, EnvEpisode, MageRAGEnv, RoundDecision
 from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.wrappers import TextViewInfo
 
 QF = hash_query_fn(16)
 
@@ -25,22 +26,23 @@ def gold_variants():
 
 
 def run(pair, actions, rounds):
-    env = MageRAGEnv(episodes=[pair], query_fn=QF, K=16, text_view_in_info=True)
+    env = TextViewInfo(MageRAGEnv(episodes=[pair], query_fn=QF, K=16, observation_keys=OBSERVATION_KEYS))
+    masks, view, submit = (env.get_wrapper_attr(n) for n in ("action_masks", "text_view", "submit_round"))
     seen = []
     obs, info = env.reset(seed=5)
-    seen.append((obs, env.action_masks(), env.text_view(), {k: v for k, v in info.items()}))
+    seen.append((obs, masks(), view(), {k: v for k, v in info.items()}))
     for a in actions:
-        mask = env.action_masks()
+        mask = masks()
         a = a if mask[a] else int(np.flatnonzero(mask)[-1])
-        obs, r, done, _, info = env.step(a)
-        if done:
+        obs, r, terminated, truncated, info = env.step(a)
+        if terminated or truncated:
             return seen, info, r
-        seen.append((obs, env.action_masks(), env.text_view(), dict(info), r))
+        seen.append((obs, masks(), view(), dict(info), r))
     for d in rounds:
-        obs, r, done, _, info = env.submit_round(d)
-        if done:
+        obs, r, terminated, truncated, info = submit(d)
+        if terminated or truncated:
             return seen, info, r
-        seen.append((obs, env.action_masks(), env.text_view(), dict(info), r))
+        seen.append((obs, masks(), view(), dict(info), r))
     obs, r, done, _, info = env.step(0)
     return seen, info, r
 
@@ -48,7 +50,7 @@ def run(pair, actions, rounds):
 def test_gold_fields_never_change_what_a_policy_sees():
     a, b = gold_variants()
     rng = np.random.default_rng(0)
-    actions = [int(x) for x in rng.integers(1, 1 + 5 * 16, size=12)]
+    actions = [int(x) for x in rng.integers(1, ActionLayout(16).n, size=12)]
     rounds = [RoundDecision(activate=(1, 2)), RoundDecision(open=("toy:p4:e2",), search="chart revenue")]
     seen_a, end_a, _ = run(a, actions, rounds)
     seen_b, end_b, _ = run(b, actions, rounds)
@@ -56,6 +58,7 @@ def test_gold_fields_never_change_what_a_policy_sees():
     for xa, xb in zip(seen_a, seen_b):
         obs_a, mask_a, tv_a, info_a = xa[:4]
         obs_b, mask_b, tv_b, info_b = xb[:4]
+        assert "text" in obs_a and obs_a["text"] == info_a["text_view"]
         for k in obs_a:
             assert np.array_equal(obs_a[k], obs_b[k]), k
         assert np.array_equal(mask_a, mask_b)

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from mage_gym.env import PRUNED, MageRAGEnv, Op, RoundDecision, decode_action, n_actions
 from mage_gym.env._synthetic import hash_query_fn, toy_episodes
 from mage_gym.env.actions import apply_operation
-from mage_gym.trace import replay
+from mage_gym.trace import TraceRecorder, replay
 
 QF = hash_query_fn(16)
 EPISODES = toy_episodes(n_pages=6, elements_per_page=4)
@@ -28,7 +28,7 @@ budgets = st.fixed_dictionaries({
 
 def make(budget, K, mode, final_pass=False) -> MageRAGEnv:
     return MageRAGEnv(episodes=EPISODES, query_fn=QF, budget=budget, K=K, render_mode=mode,
-                      record_trace=True, final_open_pass=final_pass)
+                      final_open_pass=final_pass)
 
 
 def accepted(env: MageRAGEnv, action: int) -> bool:
@@ -69,6 +69,8 @@ def random_decision(env: MageRAGEnv, rng: np.random.Generator) -> RoundDecision:
        final_pass=st.booleans())
 def test_random_episodes_keep_every_invariant(budget, K, mode, episode, seed, p_invalid, p_round, final_pass):
     env = make(budget, K, mode, final_pass)
+    trace = TraceRecorder()  # in memory, observing the transition as the TraceRecording wrapper does
+    env.add_observer(trace)
     rng = np.random.default_rng(seed)
     env.reset(seed=seed, options={"episode_id": episode})
     done = False
@@ -78,13 +80,16 @@ def test_random_episodes_keep_every_invariant(budget, K, mode, episode, seed, p_
         for a in range(len(mask)):
             assert bool(mask[a]) == accepted(env, a), f"mask disagrees with the transition on action {a}"
         if rng.random() < p_round:
-            _, reward, done, _, info = env.submit_round(random_decision(env, rng), raw="raw text")
+            _, reward, terminated, truncated, info = env.submit_round(random_decision(env, rng), raw="raw text")
         else:
             valid = np.flatnonzero(mask)
             a = int(rng.integers(len(mask))) if rng.random() < p_invalid else int(valid[rng.integers(len(valid))])
             if a == 0 and rng.random() < 0.95 and len(valid) > 1:
                 a = int(valid[1 + rng.integers(len(valid) - 1)])  # keep episodes going a little longer
-            _, reward, done, _, info = env.step(a)
+            _, reward, terminated, truncated, info = env.step(a)
+        done = terminated or truncated
+        assert not (terminated and truncated)
+        assert done == env.state.stopped and truncated == (env.state.stop_reason == "step_cap")
         env.state.check_invariants()
         check_budget(env)
     # pruned nodes are never rendered; everything rendered is activated or opened
@@ -97,7 +102,7 @@ def test_random_episodes_keep_every_invariant(budget, K, mode, episode, seed, p_
     assert (len(rendered.images) > 0) <= (mode == "visual")
     assert np.isfinite(reward)
     # replaying the trace reproduces the final state
-    records = list(env.trace.records)
+    records = list(trace.records)
     again = make(budget, K, mode, final_pass)
     replay(records, again)
     assert np.array_equal(again.state.node_state, env.state.node_state)

@@ -131,7 +131,8 @@ def test_evaluator_caches_replies(tmp_path) -> None:
     assert parse_decision(a.complete(prompt)).decision.activate == (1,)
     b = make()  # a new policy (new process in practice) hits the same sqlite file
     b.complete(prompt)
-    assert len(calls) == 1 and a.stats["model_calls"] == 1 and b.stats["cache_hits"] == 1
+    assert len(calls) == 1 and a.stats["evaluator_calls"] == 1 and b.stats["evaluator_cache_hits"] == 1
+    assert b.stats["evaluator_calls"] == 0 and b.stats["evaluator_requests"] == 0
     a.close(), b.close()
 
 

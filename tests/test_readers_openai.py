@@ -9,24 +9,24 @@ from __future__ import annotations
 import base64
 import io
 import json
-import socket
-import subprocess
-import sys
-import tempfile
 import threading
 import time
-import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from PIL import Image
 
+from llama_server import LlamaServer, llama_cpp_available
 from mage_gym.readers.base import RenderedImage, RenderedInput
 from mage_gym.readers.cache import CachedReader
-from mage_gym.readers.errors import ReaderError
+from mage_gym.readers.errors import (ReaderConfigError, ReaderError, ReaderRequestError, ReaderUnavailableError,
+                                     error_kind)
 from mage_gym.readers.openai_compat import OpenAIReader
 from mage_gym.readers.prompt import ReaderPrompt
-from mage_gym.readers.smollm import smollm2_gguf_path
+
+needs_llama = pytest.mark.skipif(not llama_cpp_available(),
+                                 reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')")
 
 XML = ('<evidence><page id="d:p0" number="1"><element id="d:p0:e0" type="paragraph">'
        "Acme Corp had 1,234 employees at the end of 2023.</element></page></evidence>")
@@ -36,54 +36,19 @@ def _text_input(question: str = "How many employees did Acme Corp have at the en
     return RenderedInput(question=question, xml=XML, mode="text")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# --- a real llama.cpp server (tests/llama_server.py) ------------------------------
 
-
-# --- a real llama.cpp server -------------------------------------------------
-
-def _start_llama_server() -> tuple[subprocess.Popen, str]:
-    port = _free_port()
-    # The server logs a lot; a pipe would fill up and block it, so log to a temp file.
-    log = tempfile.TemporaryFile()
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llama_cpp.server", "--model", str(smollm2_gguf_path()), "--host", "127.0.0.1",
-         "--port", str(port), "--n_ctx", "2048", "--n_threads", "2"],
-        stdout=log, stderr=subprocess.STDOUT)
-    proc.log = log  # type: ignore[attr-defined]
-    base = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            log.seek(0)
-            raise RuntimeError(f"llama_cpp.server exited: {log.read().decode(errors='replace')[-2000:]}")
-        try:
-            with urllib.request.build_opener(urllib.request.ProxyHandler({})).open(base + "/models", timeout=2):
-                return proc, base
-        except OSError:
-            time.sleep(0.3)
-    _stop(proc)
-    raise RuntimeError("llama_cpp.server did not become ready in 120 s")
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.kill()
-    proc.wait(timeout=30)
-    proc.log.close()  # type: ignore[attr-defined]
+def _start_llama_server(tmp: Path) -> LlamaServer:
+    return LlamaServer(tmp / "server.log", alias="smollm2", n_ctx=2048)
 
 
 @pytest.fixture(scope="module")
-def llama_server():
-    proc, base = _start_llama_server()
-    try:
-        yield base
-    finally:
-        _stop(proc)
+def llama_server(tmp_path_factory):
+    with _start_llama_server(tmp_path_factory.mktemp("llama")) as server:
+        yield server.base_url
 
 
+@needs_llama
 def test_reads_through_a_real_server(llama_server, tmp_path):
     reader = OpenAIReader(model="smollm2", base_url=llama_server, vision=False, max_tokens=16)
     out = reader.read(_text_input())
@@ -99,8 +64,10 @@ def test_reads_through_a_real_server(llama_server, tmp_path):
     assert reader.calls == 3  # one direct read plus two misses; the second batch never reached the server
 
 
-def test_server_killed_mid_run_gives_bounded_retries_and_a_clear_error():
-    proc, base = _start_llama_server()
+@needs_llama
+def test_server_killed_mid_run_gives_bounded_retries_and_a_clear_error(tmp_path):
+    server = _start_llama_server(tmp_path)
+    base = server.base_url
     sleeps: list[float] = []
     reader = OpenAIReader(model="smollm2", base_url=base, vision=False, max_tokens=4, max_retries=2,
                           backoff=0.05, timeout=300, sleep=sleeps.append)
@@ -111,12 +78,12 @@ def test_server_killed_mid_run_gives_bounded_retries_and_a_clear_error():
         with pytest.raises(ReaderError) as info:
             for i, q in enumerate(questions):
                 if i == 1:
-                    _stop(proc)  # the server dies between two episodes of a run
+                    server.kill()  # the server dies between two episodes of a run
                     calls_before_kill = reader.calls
                     sleeps.clear()
                 answers.append(reader.read(_text_input(q)))
     finally:
-        _stop(proc)
+        server.kill()
     assert len(answers) == 1 and isinstance(answers[0].answer, str)
     err = info.value
     assert err.attempts == 3 and reader.calls - calls_before_kill == 3
@@ -124,6 +91,7 @@ def test_server_killed_mid_run_gives_bounded_retries_and_a_clear_error():
     assert err.url == base + "/chat/completions"
     assert base in str(err) and "after 3 attempt(s)" in str(err)
     assert "connection" in (err.cause or "").lower()
+    assert isinstance(err, ReaderUnavailableError) and error_kind(err) == "transient"
 
 
 # --- a scripted server for the retry rules -----------------------------------
@@ -139,6 +107,7 @@ class _Scripted(ThreadingHTTPServer):
         self.in_flight = 0
         self.max_in_flight = 0
         self.lock = threading.Lock()
+        self.models: tuple[int, dict] | None = None  # the GET /models answer (None: 404)
 
     @property
     def base(self) -> str:
@@ -148,6 +117,16 @@ class _Scripted(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     def log_message(self, *args) -> None:  # keep test output quiet
         pass
+
+    def do_GET(self) -> None:
+        srv: _Scripted = self.server  # type: ignore[assignment]
+        status, payload = srv.models if srv.models is not None else (404, {"error": "no such route"})
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
 
     def do_POST(self) -> None:
         srv: _Scripted = self.server  # type: ignore[assignment]
@@ -168,7 +147,7 @@ class _Handler(BaseHTTPRequestHandler):
             text = extra.get("content", f"<answer>{echo}</answer>")
             payload = json.dumps({"choices": [{"message": {"role": "assistant", "content": text}}]}).encode()
         else:
-            payload = b'{"error": "scripted failure"}'
+            payload = extra.get("body", '{"error": "scripted failure"}').encode()
         self.send_response(status)
         for k, v in extra.get("headers", {}).items():
             self.send_header(k, v)
@@ -281,3 +260,81 @@ def test_concurrency_limit_holds_across_readers_of_one_server(scripted):
     assert len(srv.requests) == 12 and srv.max_in_flight == 2
     outs = a.read_many(inputs)
     assert all(f"question {i}" in o.answer for i, o in enumerate(outs))  # results keep input order
+
+
+# --- typed errors, text-only servers, validate() ---------------------------------
+
+LLAMA_LIST_ERROR = ('{"error": {"message": "can only concatenate str (not \\"list\\") to str", '
+                    '"type": "internal_server_error"}}')  # llama.cpp's answer to content parts
+
+
+def _image_input() -> RenderedInput:
+    img = Image.new("RGB", (8, 8), (0, 0, 255))
+    return RenderedInput(question="What colour?", xml='<evidence><image ref="d:p0"/></evidence>',
+                         images=(RenderedImage("d:p0", 0, (0, 0, 1, 1), "page", 8, 8, _loader=lambda: img),))
+
+
+def test_a_server_rejecting_image_parts_fails_at_once_saying_set_vision_false(scripted):
+    srv = scripted([(500, {"body": LLAMA_LIST_ERROR})] * 4)
+    reader = OpenAIReader(model="m", base_url=srv.base, max_retries=3, sleep=lambda s: None)
+    with pytest.raises(ReaderConfigError, match="set vision=false") as info:
+        reader.read(_image_input())
+    assert len(srv.requests) == 1 and error_kind(info.value) == "config"  # no retry: it cannot help
+
+
+def test_a_generic_5xx_on_an_image_request_is_retried_and_the_final_error_hints_at_vision(scripted):
+    srv = scripted([(500, {"body": '{"error": "out of memory"}'})] * 3)
+    reader = OpenAIReader(model="m", base_url=srv.base, max_retries=2, sleep=lambda s: None)
+    with pytest.raises(ReaderUnavailableError, match="after 3 attempt.*set vision=false"):
+        reader.read(_image_input())
+    assert len(srv.requests) == 3
+
+
+def test_text_only_readers_send_plain_string_messages_even_for_image_prompts(scripted):
+    srv = scripted([])
+    reader = OpenAIReader(model="m", base_url=srv.base, vision=False)
+    reader.read(_image_input())
+    prompt = ReaderPrompt(system="s", parts=("look: ", _image_input().images[0], " done"))
+    reader.generate(prompt)  # a prompt with an image part, sent by a text-only reader
+    for req in srv.requests:
+        assert all(isinstance(m["content"], str) for m in req["body"]["messages"])
+    assert srv.requests[1]["body"]["messages"][1]["content"] == "look:  done"
+
+
+@pytest.mark.parametrize("status,kind,match", [(404, ReaderConfigError, "check base_url"),
+                                               (401, ReaderConfigError, "API key"),
+                                               (400, ReaderRequestError, "HTTP 400"),
+                                               (422, ReaderRequestError, "HTTP 422")])
+def test_client_errors_are_typed(scripted, status, kind, match):
+    srv = scripted([(status, {})])
+    with pytest.raises(kind, match=match) as info:
+        OpenAIReader(model="m", base_url=srv.base, sleep=lambda s: None).read(_text_input())
+    assert len(srv.requests) == 1
+    if kind is ReaderRequestError:
+        assert info.value.status == status and error_kind(info.value) == "request"
+
+
+def test_validate_checks_the_served_models(scripted):
+    srv = scripted([])
+    srv.models = (200, {"object": "list", "data": [{"id": "qwen"}, {"id": "other"}]})
+    OpenAIReader(model="qwen", base_url=srv.base).validate()
+    OpenAIReader(model="default", base_url=srv.base).validate()  # "whatever is served"
+    with pytest.raises(ReaderConfigError, match=r"does not serve model 'gpt'.*\['qwen', 'other'\]"):
+        OpenAIReader(model="gpt", base_url=srv.base).validate()
+    srv.models = None  # no /models endpoint: nothing to check
+    OpenAIReader(model="gpt", base_url=srv.base).validate()
+    srv.models = (401, {"error": "bad key"})
+    with pytest.raises(ReaderConfigError, match="refused the API key"):
+        OpenAIReader(model="qwen", base_url=srv.base).validate()
+    dead = srv.base
+    srv.shutdown(), srv.server_close()
+    with pytest.raises(ReaderUnavailableError, match="unreachable"):
+        OpenAIReader(model="qwen", base_url=dead, timeout=5).validate()
+
+
+def test_a_reader_pickles_and_still_reads(scripted):
+    import pickle
+
+    srv = scripted([])
+    reader = pickle.loads(pickle.dumps(OpenAIReader(model="m", base_url=srv.base, vision=False, max_tokens=9)))
+    assert reader.max_tokens == 9 and reader.read(_text_input()).answer and reader.calls == 1

@@ -24,6 +24,8 @@ from mage_gym.report import (
 from mage_gym.report.data import outcome_counts, slug
 from mage_gym.report.images import ImageWriter
 from mage_gym.report.run_dir import discover, read_traces
+from mage_gym.trace import TraceRecorder
+from mage_gym.wrappers import TraceRecording
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
 from policies.runner import run_episode
@@ -96,8 +98,8 @@ def run_policies(run_dir: Path, g, episodes: list[Episode], policies=("heuristic
     traces = []
     for name in policies:
         path = trace_path(run_dir, name, Budget.coerce(budget).to_dict())
-        env = MageRAGEnv(episodes=[EnvEpisode(e, g) for e in episodes], retriever="dense",
-                         query_fn=hash_query_fn(64), reader=reader or "oracle", budget=budget, trace_path=str(path))
+        env = TraceRecording(MageRAGEnv(episodes=[EnvEpisode(e, g) for e in episodes], retriever="dense",
+                                        query_fn=hash_query_fn(64), reader=reader or "oracle", budget=budget), path)
         policy = make_policy(name)
         for i, e in enumerate(episodes):
             run_episode(env, policy, e.episode_id, seed=i)
@@ -226,7 +228,9 @@ def test_long_document_episode_page_holds_only_touched_pages(tmp_path):
                  question="cash liquidity debt capital", answer="1", answer_format="Int", evidence_pages=(150,),
                  gold_node_ids=(g.elements[150 * EPP].node_id,))
     env = MageRAGEnv(episodes=[EnvEpisode(ep, g)], retriever="dense", query_fn=hash_query_fn(64),
-                     budget={"k": 3, "m": 3, "M": 40, "T": 20, "B": 20}, record_trace=True)
+                     budget={"k": 3, "m": 3, "M": 40, "T": 20, "B": 20})
+    trace = TraceRecorder()  # in memory (what the TraceRecording wrapper attaches)
+    env.add_observer(trace)
     env.reset(seed=0, options={"episode_id": "long0"})
     rng = np.random.default_rng(0)
     for _ in range(50):
@@ -237,7 +241,7 @@ def test_long_document_episode_page_holds_only_touched_pages(tmp_path):
         env.step(int(rng.choice(np.flatnonzero(mask))))
     if not env.state.stopped:
         env.step(0)
-    t = TraceEpisode("random", tuple(env.trace.records))
+    t = TraceEpisode("random", tuple(trace.records))
     assert len(replay_states(t).steps) >= 40
     data = build_report_data([t], {"long0": ep}, {g.doc_id: g})
     touched = data.episodes[0].touched_pages

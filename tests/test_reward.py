@@ -82,17 +82,20 @@ def test_cost_is_clipped_weighted_and_total_combines_parts():
 
 
 def test_shaping_telescopes_to_terminal_reward_minus_initial_potential():
+    from mage_gym.wrappers import PotentialShaping
+
     plain = MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, budget={"k": 1})
-    shaped = MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, budget={"k": 1}, reward={"shaping": True})
+    shaped = PotentialShaping(MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, budget={"k": 1}, privileged=True))
     totals = []
     for env in (plain, shaped):
         env.reset(options={"episode_id": "elem"})
-        phi0 = env._phi()
+        phi0 = getattr(env, "_phi", 0.0)  # the wrapper's potential of the start state
         total, done, rng = 0.0, False, np.random.default_rng(4)
         while not done:
-            valid = np.flatnonzero(env.action_masks())
+            valid = np.flatnonzero(env.get_wrapper_attr("action_masks")())
             a = int(valid[rng.integers(len(valid))]) if rng.random() > 0.1 else 0
-            _, r, done, _, info = env.step(a)
+            _, r, terminated, truncated, info = env.step(a)
+            done = terminated or truncated
             total += r
         totals.append((total, phi0, info["reward_components"]["reward"]))
     (t_plain, _, term_plain), (t_shaped, phi0, term_shaped) = totals

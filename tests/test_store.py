@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from mage_gym.graph import store
-from mage_gym.graph.build import HashingEncoder, build_from_parsed
+from mage_gym.graph.build import build_from_parsed
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.graph.schema import DocumentSource, ParsedDocument, ParsedElement, ParsedPage
-from mage_gym.testing import make_toy_graph
+from mage_gym.testing import HashingEncoder, make_toy_graph
 
 KEY = "ab" * 32
 

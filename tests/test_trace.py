@@ -7,13 +7,17 @@ import numpy as np
 
 from mage_gym.env import MageRAGEnv, RoundDecision
 from mage_gym.env._synthetic import hash_query_fn, toy_episodes
-from mage_gym.trace import load_traces, replay
+from mage_gym.trace import TraceRecorder, load_traces, replay
 
 QF = hash_query_fn(16)
 
 
-def make(**kw):
-    return MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, **kw)
+def make(trace_path=None, **kw):
+    """A bare env; with ``trace_path`` a recorder observes it (what the TraceRecording wrapper attaches)."""
+    env = MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, **kw)
+    if trace_path is not None:
+        env.add_observer(TraceRecorder(trace_path))
+    return env
 
 
 def play_flat(env, seed):
@@ -22,7 +26,8 @@ def play_flat(env, seed):
     while not done:
         valid = np.flatnonzero(env.action_masks())
         a = int(valid[rng.integers(len(valid))]) if rng.random() > 0.05 else 0
-        _, _, done, _, _ = env.step(a)
+        _, _, terminated, truncated, _ = env.step(a)
+        done = terminated or truncated
 
 
 def play_rounds(env):

@@ -12,7 +12,11 @@ Conventions inside the project, whatever the source used:
   List/None``, LongDocURL ``Integer/Float/String/List/None``, FinanceBench and
   the generator use ``Str`` for free text unless stated);
 - an unanswerable question has ``answerable=False`` (MMLongBench's ``None``
-  format / "Not answerable").
+  format / "Not answerable");
+- ``evidence_hops`` (generator only; real loaders leave it empty) gives the
+  hop of each evidence region, 1-based and parallel to ``evidence_regions``:
+  a two-hop *bridge* question has hop-1 regions (where the question's named
+  thing is, and the link to follow) and hop-2 regions (where the answer is).
 """
 from __future__ import annotations
 
@@ -42,6 +46,15 @@ class Region:
 
 
 @dataclass(frozen=True)
+class EvidenceHop:
+    """The gold of one hop of a multi-hop question (see :meth:`Episode.hops`)."""
+
+    hop: int  # 1-based
+    pages: tuple[int, ...]  # 0-based, sorted
+    regions: tuple[Region, ...]
+
+
+@dataclass(frozen=True)
 class Episode:
     episode_id: str
     benchmark: str
@@ -61,6 +74,15 @@ class Episode:
     split: str = "train"
     flags: tuple[str, ...] = ()
     extra: dict = field(default_factory=dict, compare=False, hash=False)
+    evidence_hops: tuple[int, ...] = ()  # hop (1-based) of each evidence region; () = single hop / unknown
+
+    def __post_init__(self) -> None:
+        hops = tuple(int(h) for h in self.evidence_hops)  # JSON gives a list; keep the record hashable
+        if hops and len(hops) != len(self.evidence_regions):
+            raise ValueError(f"evidence_hops has {len(hops)} entries for {len(self.evidence_regions)} regions")
+        if any(h < 1 for h in hops):
+            raise ValueError(f"evidence_hops must be >= 1, got {hops}")
+        object.__setattr__(self, "evidence_hops", hops)
 
     @property
     def usable_for_training(self) -> bool:
@@ -68,6 +90,25 @@ class Episode:
         if not self.answerable:
             return True
         return bool(self.evidence_pages or self.evidence_regions or self.gold_node_ids)
+
+    @property
+    def n_hops(self) -> int:
+        """1 for ordinary questions, 2 for a bridge question (the highest hop of any region)."""
+        return max(self.evidence_hops, default=1)
+
+    def hops(self) -> tuple[EvidenceHop, ...]:
+        """Gold grouped by hop, hop 1 first (one hop holding everything when hops are not given).
+
+        Gold, like every field but ``question``: for the env's reward, metrics
+        and privileged policies only.
+        """
+        if not self.evidence_hops:
+            return (EvidenceHop(1, tuple(sorted(set(self.evidence_pages))), self.evidence_regions),)
+        out = []
+        for h in sorted(set(self.evidence_hops)):
+            regions = tuple(r for r, rh in zip(self.evidence_regions, self.evidence_hops) if rh == h)
+            out.append(EvidenceHop(h, tuple(sorted({r.page for r in regions})), regions))
+        return tuple(out)
 
     @property
     def multi_page(self) -> bool:

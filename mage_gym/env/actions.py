@@ -29,7 +29,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import IntEnum
-from typing import Callable
+from typing import Callable, ClassVar
 
 import numpy as np
 
@@ -55,29 +55,96 @@ OP_BY_NAME: dict[str, Op] = {v: k for k, v in OP_NAMES.items()}
 SLOT_OPS: tuple[Op, ...] = (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE, Op.OPEN_NODE, Op.SEARCH, Op.PRUNE)
 
 
+@dataclass(frozen=True)
+class ActionLayout:
+    """The flat action space over ``K`` slots: Stop first, then one block of ``K`` slots per :data:`SLOT_OPS` op.
+
+    Why one object: the env's ``action_space`` and mask, the policies' slot
+    views and the PPO head must agree on where an (operation, slot) pair sits;
+    deriving all of them from here (and from ``SLOT_OPS``) keeps them agreeing
+    when an operation is added.
+    """
+
+    K: int
+
+    STOP: ClassVar[int] = 0  # flat id of Stop
+    ops: ClassVar[tuple[Op, ...]] = SLOT_OPS
+
+    def __post_init__(self) -> None:
+        if int(self.K) < 1:
+            raise ValueError(f"K must be >= 1, got {self.K}")
+
+    @property
+    def n_slot_ops(self) -> int:
+        """Slot-addressed operations (rows of the mask blocks, outputs per slot of a policy head)."""
+        return len(self.ops)
+
+    @property
+    def n(self) -> int:
+        """Size of the flat action space (``Discrete(n)``; a policy head has this many logits)."""
+        return 1 + self.n_slot_ops * self.K
+
+    def row(self, op: Op | int) -> int:
+        """Block index of a slot operation (its row in :meth:`blocks`)."""
+        try:
+            return _ROWS[op]
+        except KeyError:
+            raise ValueError(f"{Op(op).name} is not slot-addressed") from None
+
+    def encode(self, op: Op | int, slot: int) -> int:
+        """Flat action id of ``op`` on ``slot`` (Stop ignores the slot)."""
+        op = Op(op)
+        if op == Op.STOP:
+            return self.STOP
+        if not 0 <= slot < self.K:
+            raise ValueError(f"slot {slot} out of range 0..{self.K - 1}")
+        return 1 + self.row(op) * self.K + int(slot)
+
+    def decode(self, action: int) -> tuple[Op, int]:
+        """Inverse of :meth:`encode`; the slot is -1 for Stop."""
+        a = int(action)
+        if not 0 <= a < self.n:
+            raise ValueError(f"action {a} out of range 0..{self.n - 1}")
+        if a == self.STOP:
+            return Op.STOP, -1
+        row, slot = divmod(a - 1, self.K)
+        return self.ops[row], slot
+
+    def blocks(self, flat: np.ndarray) -> np.ndarray:
+        """View of a flat mask/logit vector (last axis ``n``) without Stop, shaped ``[..., n_slot_ops, K]``."""
+        flat = np.asarray(flat)
+        return flat[..., 1:].reshape(flat.shape[:-1] + (self.n_slot_ops, self.K))
+
+    def block(self, flat: np.ndarray, op: Op | int) -> np.ndarray:
+        """The ``K`` entries of ``op`` in a flat mask/logit vector (a view)."""
+        start = 1 + self.row(op) * self.K
+        return np.asarray(flat)[..., start: start + self.K]
+
+    def slot_action_ids(self) -> np.ndarray:
+        """intp [n_slot_ops, K]: the flat id of every (slot operation, slot) pair."""
+        return 1 + np.arange(self.n_slot_ops * self.K, dtype=np.intp).reshape(self.n_slot_ops, self.K)
+
+    def empty_mask(self) -> np.ndarray:
+        """bool [n], all False."""
+        return np.zeros(self.n, dtype=bool)
+
+
+_ROWS: dict[int, int] = {int(op): i for i, op in enumerate(SLOT_OPS)}
+
+
 def n_actions(K: int) -> int:
-    """Size of the flat action space: Stop plus five operations over ``K`` slots."""
-    return 1 + len(SLOT_OPS) * K
+    """Size of the flat action space: Stop plus the slot operations over ``K`` slots."""
+    return ActionLayout(K).n
 
 
 def encode_action(op: Op | int, slot: int, K: int) -> int:
-    """Flat action id: 0 is Stop, then op-major blocks of ``K`` slots."""
-    op = Op(op)
-    if op == Op.STOP:
-        return 0
-    if not 0 <= slot < K:
-        raise ValueError(f"slot {slot} out of range 0..{K - 1}")
-    return 1 + (int(op) - 1) * K + int(slot)
+    """Flat action id: 0 is Stop, then op-major blocks of ``K`` slots (see :class:`ActionLayout`)."""
+    return ActionLayout(K).encode(op, slot)
 
 
 def decode_action(action: int, K: int) -> tuple[Op, int]:
     """Inverse of :func:`encode_action`; slot is -1 for Stop."""
-    a = int(action)
-    if not 0 <= a < n_actions(K):
-        raise ValueError(f"action {a} out of range 0..{n_actions(K) - 1}")
-    if a == 0:
-        return Op.STOP, -1
-    return Op(1 + (a - 1) // K), (a - 1) % K
+    return ActionLayout(K).decode(action)
 
 
 @dataclass
@@ -216,14 +283,14 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
 
 
 def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -> np.ndarray:
-    """bool [1 + 5K]: exactly the flat actions :func:`apply_operation` accepts.
+    """bool [ActionLayout(K).n]: exactly the flat actions :func:`apply_operation` accepts.
 
     Vectorised twin of :func:`check_operation` over the ``K`` slot nodes
     (``n``: how many leading slots are filled; computed when None).
     """
-    K = len(slots)
-    mask = np.zeros(1 + len(SLOT_OPS) * K, dtype=bool)
-    mask[0] = True  # after the end only Stop stays marked, so a mask is never empty (vector envs)
+    layout = ActionLayout(len(slots))
+    mask = layout.empty_mask()
+    mask[layout.STOP] = True  # after the end only Stop stays marked, so a mask is never empty (vector envs)
     if state.stopped:
         return mask
     if n is None:
@@ -235,14 +302,15 @@ def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -
     st = state.node_state[s]
     pst = state.node_state[gi.node_page[s]]
     is_el = s >= gi.n_pages  # pages come first in node order
-    block = mask[1:].reshape(len(SLOT_OPS), K)
+    block = layout.blocks(mask)  # a view: rows follow SLOT_OPS
+    row = layout.row
     if state.round_left > 0 and state.acts_left > 0:
         unvisited = st == UNVISITED
-        block[0, :n] = pst == UNVISITED
-        block[1, :n] = is_el & unvisited & (pst != PRUNED)
+        block[row(Op.ACTIVATE_PAGE), :n] = pst == UNVISITED
+        block[row(Op.ACTIVATE_NODE), :n] = is_el & unvisited & (pst != PRUNED)
         if state.n_unvisited_pages > 0:
-            block[3, :n] = True
+            block[row(Op.SEARCH), :n] = True
     if state.opens_left > 0:
-        block[2, :n] = is_el & (st == ACTIVATED)
-    block[4, :n] = (st == ACTIVATED) | (st == OPENED)
+        block[row(Op.OPEN_NODE), :n] = is_el & (st == ACTIVATED)
+    block[row(Op.PRUNE), :n] = (st == ACTIVATED) | (st == OPENED)
     return mask

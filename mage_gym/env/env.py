@@ -3,50 +3,65 @@
 State: the node-state table and the budget vector (:mod:`mage_gym.env.state`).
 Actions: the six controller operations over ``K`` candidate slots
 (:mod:`mage_gym.env.actions`, :mod:`mage_gym.env.candidates`). Reward: paid at
-termination, support - lambda1 * noise - lambda2 * cost (:mod:`mage_gym.reward`).
+the end, support - lambda1 * noise - lambda2 * cost (:mod:`mage_gym.env.outcome`).
 
-Two interfaces, one transition:
+Three interfaces, one transition:
 - learned policies call :meth:`MageRAGEnv.step` with a flat action and read
   :meth:`MageRAGEnv.action_masks` (sb3-contrib MaskablePPO);
-- LLM policies read :meth:`MageRAGEnv.text_view` and call
-  :meth:`MageRAGEnv.submit_round` with a :class:`RoundDecision`;
+- LLM policies read :meth:`MageRAGEnv.text_view` (or the opt-in ``text``
+  observation key) and call :meth:`MageRAGEnv.submit_round`;
 - scripted policies may call :meth:`MageRAGEnv.operate` with node ids.
 All three run :meth:`MageRAGEnv._single`, the only place operations happen.
 
-No gold reaches a policy: the episode's answer, format, evidence and flags are
-read only in :meth:`MageRAGEnv._finish` (reward and metrics, after the last
-decision) and by the optional shaping term (reward only).
+What is not the transition lives elsewhere: episode choice and graphs in
+:mod:`mage_gym.env.episodes`, retrieval in :mod:`mage_gym.env.search`,
+traces, the text view in ``info`` and reward shaping in :mod:`mage_gym.wrappers`
+(traces follow the transition through :meth:`MageRAGEnv.add_observer`, so
+the operations inside an LLM round reach them too).
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from mage_gym.env.actions import (
-    OP_BY_NAME, OP_NAMES, Op, OpResult, action_mask, apply_operation, decode_action, n_actions,
-)
+from mage_gym import reward as R
+from mage_gym.env.actions import OP_BY_NAME, OP_NAMES, ActionLayout, Op, OpResult, action_mask, apply_operation
 from mage_gym.env.budget import Budget
 from mage_gym.env.candidates import fill_slots
-from mage_gym.env.episodes import LoadedEpisode, as_provider
+from mage_gym.env.episodes import LoadedEpisode, SealedEpisodes, as_provider, choose_episode_id
 from mage_gym.env.graph_index import GraphIndex, graph_index
-from mage_gym.env.observation import build_observation, node_table, observation_space, question_features
-from mage_gym.env.relevance import (
-    EpisodeRelevance, QueryFn, cached_query, default_query_fn, episode_relevance, node_query,
-    search_page_scores, shared_retriever,
+from mage_gym.env.observation import (
+    TEXT_KEY, build_observation, check_observation_keys, node_table, observation_space, question_features,
+    text_observation,
 )
+from mage_gym.env.outcome import Outcome, score_episode
+from mage_gym.env.privileged import PrivilegedAccessError, PrivilegedView
+from mage_gym.env.relevance import EpisodeRelevance, QueryFn
+from mage_gym.env.search import EnvRetrieval
 from mage_gym.env.state import ACTIVATED, EvidenceState
 from mage_gym.env.text_view import build_text_view, frontier_candidates, recent_buffer
 from mage_gym.readers.base import Reader, ReaderOutput, RenderedInput
-from mage_gym.render import RENDER_MODES, RenderConfig, render, rendered_summary
-from mage_gym.retrieval.base import Query, Retriever
-from mage_gym import reward as R
-from mage_gym.trace import TraceRecorder, final_states
+from mage_gym.render import RENDER_MODES, RenderConfig, render
+from mage_gym.retrieval.base import Retriever
 
 DEFAULT_K = 64
+#: Why an episode ended; all but the step cap are terminations, the step cap truncates.
+TRUNCATING_STOP_REASONS = ("step_cap",)
+#: Keywords passed through to the episode provider (graph building) and to the reader/retriever factories.
+SHORTCUT_KEYWORDS = ("parser", "max_graphs", "graph_kwargs", "reader_cfg", "retriever_cfg")
+_MOVED_TO_WRAPPERS = {
+    "trace_path": "mage_gym.wrappers.TraceRecording(env, path) (or gym.make(..., trace_path=path))",
+    "record_trace": "mage_gym.wrappers.TraceRecording(env) (or gym.make(..., record_trace=True))",
+    "text_view_in_info": "mage_gym.wrappers.TextViewInfo(env) (or gym.make(..., text_view_in_info=True))",
+    "shaping": "mage_gym.wrappers.PotentialShaping(env) on an env built with privileged=True "
+               "(or mage_gym.make_training_env(..., shaping=True))",
+}
+
+Observer = Callable[["MageRAGEnv", str, Mapping[str, Any]], None]
 
 
 @dataclass(frozen=True)
@@ -95,55 +110,123 @@ class RoundDecision:
 
 
 class MageRAGEnv(gym.Env):
-    """Evidence-controller environment (see module docstring and README).
+    """An evidence controller grows and prunes a working subgraph of a document graph under a budget.
 
-    Parameters (all plain values, so Hydra configs map onto them):
-    ``episodes`` pairs ``(Episode, EvidenceGraph)`` / :class:`EnvEpisode`, or
-    Episodes (graphs built lazily), or a provider; ``budget`` a
-    :class:`Budget` or mapping with k, m, M, T, B; ``K`` slots; ``render_mode``
-    ``visual`` or ``text`` (the reader input); ``reward`` a
-    :class:`~mage_gym.reward.RewardConfig` or mapping; ``reader`` ``"oracle"``,
-    a reader name for ``mage_gym.readers.get_reader`` or a Reader;
-    ``retriever`` a name (shared per process) or a Retriever; ``query_fn``
-    text -> Query (default MiniLM ``make_query``); ``final_open_pass`` opens
-    up to the remaining ``B`` activated elements by relevance at stop (the
-    reference's behaviour, off by default); ``trace_path`` appends JSONL
-    traces; ``record_trace`` keeps the current episode's records in
-    ``env.trace.records``; ``text_view_in_info`` adds ``info["text_view"]``.
+    An episode is one (document, question) pair. At reset the retriever
+    activates the ``k`` most relevant pages; the controller then adds pages
+    and elements along the graph's relations, opens elements, searches and
+    prunes; at the end the working subgraph is rendered for a reader and the
+    reward says how well the evidence was gathered.
+
+    ## Action Space
+
+    ``Discrete(ActionLayout(K).n)``: action 0 is Stop, then one
+    block of ``K`` slots per slot operation, in :data:`SLOT_OPS` order:
+    ActivatePage, ActivateNode, OpenNode, SearchEvidence, PruneNode
+    (:class:`~mage_gym.env.actions.ActionLayout` encodes and decodes).
+    Slots hold the working set in activation order, then the frontier by
+    question relevance. :meth:`action_masks` marks exactly the actions the
+    transition accepts (reach it through wrappers with
+    ``env.get_wrapper_attr("action_masks")``); an invalid action is a no-op
+    with ``info["last_action_error"]``. LLM policies send a whole round with
+    :meth:`submit_round` instead; scripted ones address nodes by id with
+    :meth:`operate`.
+
+    ## Observation Space
+
+    A ``Dict`` of ``nodes`` float32 [K, F] (per slot: type, page position,
+    box, relevance per retriever, state, relation to the working set by edge
+    kind, ...; columns named by :data:`NODE_FEATURES`), ``slot_mask`` [K],
+    ``budget`` [4], ``progress`` [2] and ``question`` [384]. With
+    ``observation_keys`` including ``"text"``, also ``text``: the escaped XML
+    text view (a :class:`~mage_gym.env.observation.UnicodeText`). No gold is in
+    any of them.
+
+    ## Rewards
+
+    Zero until the end, then ``support - lambda_noise * noise - lambda_cost *
+    cost``, with the components in ``info["reward_components"]`` and the
+    evidence metrics in ``info["metrics"]`` (also flattened into ``info``).
+    Support is the gold coverage of the reader input (oracle reader) or the
+    benchmark score of a reader's answer. Potential-based shaping is a wrapper
+    (:class:`mage_gym.wrappers.PotentialShaping`), for privileged envs only.
+
+    ## Starting State
+
+    ``reset(seed=..., options={"episode_id": ...})`` plays the given episode,
+    or one drawn with the env's seeded generator. The ``k`` entry pages
+    (inside the episode's page window, if any) are activated for free.
+
+    ## Episode End
+
+    Terminated (``terminated=True``) by Stop, or when the ``T`` rounds are
+    used up. Truncated (``terminated=False, truncated=True``) at the step cap
+    ``T * (m + B + 2)`` (it depends on the budget, so there is no fixed
+    ``max_episode_steps``). Either way the working subgraph is rendered, the
+    reader reads it and the terminal reward is paid in that last step.
+
+    ## Arguments
+
+    - ``episodes``: pairs ``(Episode, EvidenceGraph)`` / :class:`EnvEpisode`,
+      Episodes (graphs built lazily: ``parser``, ``max_graphs``,
+      ``graph_kwargs`` go to :class:`LazyGraphProvider`), or a provider;
+    - ``budget``: a :class:`Budget` or a mapping with k, m, M, T, B;
+    - ``K``: candidate slots (default 64);
+    - ``render_mode``: ``visual`` (page images) or ``text``: the reader input;
+    - ``reward``: a :class:`~mage_gym.reward.RewardConfig` or mapping;
+    - ``reader``: ``"oracle"``, a reader name (options in ``reader_cfg``) or a Reader;
+    - ``retriever``: a name (shared per process; options in ``retriever_cfg``)
+      or a Retriever; ``query_fn``: text -> Query (default MiniLM);
+    - ``final_open_pass``: at the end, open up to the remaining ``B``
+      activated elements by relevance (the reference's behaviour);
+    - ``render_config``: :class:`~mage_gym.render.RenderConfig` or mapping;
+    - ``observation_keys``: the observation's keys (default the numeric ones);
+    - ``privileged``: allow :meth:`privileged_view` (oracle policies, shaping).
+
+    Traces, the text view in ``info`` and shaping are wrappers
+    (:mod:`mage_gym.wrappers`); ``gym.make("MageRAG-v0", ...)`` applies them
+    for the keywords ``trace_path`` / ``record_trace``, ``text_view_in_info``
+    and ``shaping`` (:mod:`mage_gym.env.factory`).
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
 
     def __init__(self, episodes: Any = None, budget: Budget | Mapping[str, int] | None = None, K: int = DEFAULT_K,
                  render_mode: str = "visual", reward: R.RewardConfig | Mapping[str, Any] | None = None,
-                 reader: str | Reader = "oracle", reader_cfg: Mapping[str, Any] | None = None,
-                 retriever: str | Retriever = "hybrid", retriever_cfg: Mapping[str, Any] | None = None,
+                 reader: str | Reader = "oracle", retriever: str | Retriever = "hybrid",
                  query_fn: QueryFn | None = None, final_open_pass: bool = False,
-                 trace_path: str | None = None, record_trace: bool = False, text_view_in_info: bool = False,
-                 render_config: RenderConfig | Mapping[str, Any] | None = None, parser: str = "layout",
-                 max_graphs: int = 4, graph_kwargs: Mapping[str, Any] | None = None) -> None:
+                 render_config: RenderConfig | Mapping[str, Any] | None = None,
+                 observation_keys: Sequence[str] | None = None, privileged: bool = False,
+                 **shortcuts: Any) -> None:
         super().__init__()
+        for key in shortcuts:
+            if key in _MOVED_TO_WRAPPERS:
+                raise TypeError(f"MageRAGEnv({key}=...) is a wrapper now: use {_MOVED_TO_WRAPPERS[key]}")
+            if key not in SHORTCUT_KEYWORDS:
+                raise TypeError(f"MageRAGEnv got an unexpected keyword argument {key!r}")
         if render_mode not in RENDER_MODES:
             raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-        if int(K) < 1:
-            raise ValueError(f"K must be >= 1, got {K}")
-        self.provider = as_provider(episodes, parser=parser, max_graphs=max_graphs, graph_kwargs=graph_kwargs)
+        self.layout = ActionLayout(int(K))
+        self.K = self.layout.K
+        self._provider = as_provider(episodes, parser=shortcuts.get("parser", "layout"),
+                                     max_graphs=shortcuts.get("max_graphs", 4),
+                                     graph_kwargs=shortcuts.get("graph_kwargs"))
         self.budget = Budget.coerce(budget)
-        self.K = int(K)
         self.render_mode = render_mode
         self.reward_config = R.RewardConfig.coerce(reward)
+        if self.reward_config.shaping:
+            raise ValueError(f"reward shaping is a wrapper now: use {_MOVED_TO_WRAPPERS['shaping']}")
         self.render_config = RenderConfig.coerce(render_config)
-        self.reader = self._make_reader(reader, reader_cfg)
-        self.retriever: Retriever = (shared_retriever(retriever, **dict(retriever_cfg or {}))
-                                     if isinstance(retriever, str) else retriever)
-        self.query_fn: QueryFn = query_fn or default_query_fn
+        self.reader = self._make_reader(reader, shortcuts.get("reader_cfg"))
+        self.retrieval = EnvRetrieval(retriever, shortcuts.get("retriever_cfg"), query_fn)
         self.final_open_pass = bool(final_open_pass)
-        self.text_view_in_info = bool(text_view_in_info)
-        self.trace: TraceRecorder | None = (TraceRecorder(trace_path) if (trace_path or record_trace) else None)
-        self.observation_space = observation_space(self.K)
-        self.action_space = spaces.Discrete(n_actions(self.K))
+        self.privileged = bool(privileged)
+        self.observation_keys = check_observation_keys(observation_keys)
+        self.observation_space = observation_space(self.K, self.observation_keys)
+        self.action_space = spaces.Discrete(self.layout.n)
         self._op_cap = self.reward_config.op_cap or self.budget.max_steps
         self._call_cap = self.reward_config.call_cap or (self.budget.T + 1)
+        self._observers: list[Observer] = []
         self._episode_counter = -1
         self._loaded: LoadedEpisode | None = None
         self.state: EvidenceState | None = None
@@ -154,11 +237,8 @@ class MageRAGEnv(gym.Env):
         self._recent = recent_buffer()
         self._pending_reward = 0.0
         self._terminal: dict[str, Any] | None = None
-        self._seed: int | None = None
-        self._gold_mask_key: tuple | None = None
         self._table: np.ndarray | None = None
         self._n_slots = 0
-        self._gold_mask_value: np.ndarray | None = None
 
     # --- construction helpers ------------------------------------------------------
 
@@ -174,7 +254,28 @@ class MageRAGEnv(gym.Env):
 
         return get_reader(reader, **dict(cfg or {}))
 
-    # --- public read-only views ------------------------------------------------------
+    # --- public read-only views (no gold) --------------------------------------------
+
+    @property
+    def spec(self):  # type: ignore[override]
+        return self._spec
+
+    @spec.setter
+    def spec(self, value) -> None:
+        """``gym.make`` records its keywords here; the episodes (with their gold) become a sealed handle."""
+        if value is not None and isinstance(getattr(value, "kwargs", None), Mapping) and "episodes" in value.kwargs:
+            value = replace(value, kwargs={**value.kwargs, "episodes": SealedEpisodes(self._provider)})
+        self._spec = value
+
+    _spec = None
+
+    @property
+    def retriever(self) -> Retriever:
+        return self.retrieval.retriever
+
+    @property
+    def query_fn(self) -> QueryFn:
+        return self.retrieval.query_fn
 
     @property
     def graph(self):
@@ -182,20 +283,25 @@ class MageRAGEnv(gym.Env):
 
     @property
     def episode_id(self) -> str:
-        return self._require_loaded().episode.episode_id
+        return self._require_loaded().public.episode_id
 
     @property
     def question(self) -> str:
-        return self._require_loaded().episode.question
+        return self._require_loaded().public.question
 
     @property
     def public_episode(self) -> dict[str, str]:
         """What a policy may know about the episode (id, document, question)."""
-        return self._require_loaded().episode.public_view()
+        return self._require_loaded().public.as_dict()
 
     @property
     def episode_ids(self) -> list[str]:
-        return self.provider.ids
+        return self._provider.ids
+
+    @property
+    def episode_count(self) -> int:
+        """Resets so far minus one (the ``episode`` counter of trace records)."""
+        return self._episode_counter
 
     @property
     def slots(self) -> np.ndarray:
@@ -205,6 +311,15 @@ class MageRAGEnv(gym.Env):
     def slot_node_ids(self) -> list[str | None]:
         ids = self._require().gi.node_ids
         return [ids[v] if v >= 0 else None for v in self._current_slots().tolist()]
+
+    def privileged_view(self) -> PrivilegedView:
+        """The current episode's gold, read-only; only for an env built with ``privileged=True``."""
+        if not self.privileged:
+            raise PrivilegedAccessError(
+                "gold is sealed: build the env with privileged=True to read it (privileged policies and "
+                "reward shaping only; their results must be marked privileged)")
+        loaded = self._require_loaded()
+        return PrivilegedView.of(loaded.gold._open(), loaded.graph)
 
     def _require(self) -> EvidenceState:
         if self.state is None:
@@ -216,21 +331,39 @@ class MageRAGEnv(gym.Env):
             raise gym.error.ResetNeeded("call reset() before using the environment")
         return self._loaded
 
+    # --- observers (e.g. trace recording) --------------------------------------------------
+
+    def add_observer(self, observer: Observer) -> None:
+        """Call ``observer(env, event, data)`` on every transition event.
+
+        Events: ``reset`` (episode, seed), ``operation`` (op, node, slot, query,
+        free_text, reason, result, auto_close, phase), ``operation_done``,
+        ``round`` (decision, raw, candidates), ``round_end`` (round, reason),
+        ``end`` (reason, outcome, rendered, reader_output). Observers read the
+        env's public state; nothing in the events is gold before ``end``.
+        """
+        if observer not in self._observers:
+            self._observers.append(observer)
+
+    def remove_observer(self, observer: Observer) -> None:
+        if observer in self._observers:
+            self._observers.remove(observer)
+
+    def _notify(self, event: str, **data: Any) -> None:
+        for observer in self._observers:
+            observer(self, event, data)
+
     # --- Gymnasium API -------------------------------------------------------------
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
-        options = dict(options or {})
-        ids = self.provider.ids
-        eid = options.get("episode_id")
-        if eid is None:
-            eid = ids[int(self.np_random.integers(len(ids)))]
-        loaded = self.provider.get(str(eid))
+        loaded = self._provider.get(choose_episode_id(self._provider.ids, self.np_random, options))
+        public = loaded.public
         gi = graph_index(loaded.graph)
-        rel = episode_relevance(loaded.graph, loaded.episode.question, self.retriever, self.query_fn)
+        rel = self.retrieval.relevance(loaded.graph, public.question)
         state = EvidenceState.new(gi, self.budget, rel.rank_of)
         entry = rel.page_order
-        window = loaded.episode.page_window
+        window = public.page_window
         if window is not None:  # pages outside the episode's window are out of play from the start
             lo, hi = max(0, int(window[0])), min(gi.n_pages - 1, int(window[1]))
             inside = np.zeros(gi.n_pages, dtype=bool)
@@ -249,33 +382,22 @@ class MageRAGEnv(gym.Env):
         self._pending_reward = 0.0
         self._terminal = None
         self._episode_counter += 1
-        self._seed = seed
-        self._potential = self._phi() if self.reward_config.shaping else 0.0
-        if self.trace is not None:
-            self.trace.start({
-                "kind": "reset", "episode": self._episode_counter, "episode_id": loaded.episode.episode_id,
-                "doc_id": loaded.episode.doc_id, "question": loaded.episode.question, "seed": seed,
-                "budget": self.budget.to_dict(), "K": self.K, "render_mode": self.render_mode,
-                "entry_pages": [gi.node_ids[p] for p in state.activation_order],
-                "retriever": getattr(self.retriever, "name", type(self.retriever).__name__),
-            })
-        info: dict[str, Any] = {"episode_id": loaded.episode.episode_id, "doc_id": loaded.episode.doc_id,
-                                "last_action_error": ""}
-        if self.text_view_in_info:
-            info["text_view"] = self.text_view()
+        if self._observers:
+            self._notify("reset", episode=self._episode_counter, seed=seed)
+        info: dict[str, Any] = {"episode_id": public.episode_id, "doc_id": public.doc_id, "last_action_error": ""}
         return self._observation(), info
 
     def step(self, action: int):
         state = self._require()
         if state.stopped:
             raise RuntimeError("the episode is over; call reset()")
-        op, slot = decode_action(int(action), self.K)
+        op, slot = self.layout.decode(int(action))
         node = -1 if op == Op.STOP else int(self._current_slots()[slot])
         res = self._single(op, node, slot=slot, auto_close=True)
         return self._result(res, [res.error] if res.error else [])
 
     def action_masks(self) -> np.ndarray:
-        """bool [1 + 5K]: valid flat actions (sb3-contrib MaskablePPO reads this)."""
+        """bool [ActionLayout(K).n]: valid flat actions (sb3-contrib MaskablePPO reads this)."""
         state = self._require()
         if self._mask is None:
             slots = self._current_slots()
@@ -315,10 +437,8 @@ class MageRAGEnv(gym.Env):
         state.counters.evaluator_calls += 1
         gi = state.gi
         cands = frontier_candidates(state, self._current_slots())
-        if self.trace is not None:
-            self.trace.add({"kind": "round", "episode": self._episode_counter, "episode_id": self.episode_id,
-                            "round": state.counters.round, "decision": decision.to_dict(), "raw": raw,
-                            "candidates": [gi.node_ids[v] for v in cands]})
+        if self._observers:
+            self._notify("round", decision=decision, raw=raw, candidates=cands)
         errors: list[str] = []
         reward = 0.0
         last: OpResult | None = None
@@ -397,34 +517,20 @@ class MageRAGEnv(gym.Env):
                 free_text: bool = False, auto_close: bool = True, reason: str | None = None,
                 phase: str = "policy") -> OpResult:
         state = self.state
-        assert state is not None
+        assert state is not None and self.rel is not None
         gi = state.gi
-        record: dict[str, Any] | None = None
+        query = None
         if op == Op.STOP:
             res = OpResult(Op.STOP, -1, True)
         else:
-            search: Callable[[], np.ndarray] | None = None
-            query: Query | None = None
+            search = None
             if op == Op.SEARCH:
-                if free_text:
-                    query = cached_query(self.query_fn, query_text or "")
-                elif 0 <= node < gi.n_nodes:
-                    query = node_query(self.rel.query, gi.text(node), gi.vectors[node])
-                if query is not None:
-                    q = query
-                    search = lambda: search_page_scores(gi.graph, self.retriever, q)  # noqa: E731
+                query, search = self.retrieval.search(gi, self.rel, node, query_text, free_text)
             res = apply_operation(state, op, node, search, free_text)
             self._invalidate()
-        if self.trace is not None:
-            record = {
-                "kind": "step", "episode": self._episode_counter, "episode_id": self._loaded.episode.episode_id,
-                "t": state.counters.steps, "round": state.counters.round, "phase": phase,
-                "op": OP_NAMES[op], "node_id": gi.node_ids[node] if 0 <= node < gi.n_nodes else None,
-                "slot": slot, "free_text": free_text, "query": query.text if op == Op.SEARCH and query else None,
-                "reason": reason, "ok": res.ok, "error": res.error,
-                "changed": [gi.node_ids[v] for v in res.changed], "auto_close": auto_close,
-            }
-            self.trace.add(record)
+        if self._observers:
+            self._notify("operation", op=op, node=node, slot=slot, query=query, free_text=free_text,
+                         reason=reason, result=res, auto_close=auto_close, phase=phase)
         if op != Op.STOP:
             target = gi.node_ids[node] if 0 <= node < gi.n_nodes else (query_text or "")
             self._recent.append((OP_NAMES[op], target, res.ok, res.error))
@@ -439,13 +545,8 @@ class MageRAGEnv(gym.Env):
             state.counters.steps += 1
             if not state.stopped and state.counters.steps >= self.budget.max_steps:
                 self._finish("step_cap")
-        if self.reward_config.shaping:
-            phi = 0.0 if state.stopped else self._phi()
-            self._pending_reward += self.reward_config.shaping_scale * (
-                self.reward_config.shaping_gamma * phi - self._potential)
-            self._potential = phi
-        if record is not None:
-            record["budget_left"] = state.budget_left()
+        if self._observers:
+            self._notify("operation_done")
         return res
 
     def _close_round(self, reason: str) -> None:
@@ -454,9 +555,8 @@ class MageRAGEnv(gym.Env):
         state.counters.round += 1
         state.counters.round_acts = 0
         self._invalidate()
-        if self.trace is not None:
-            self.trace.add({"kind": "round_end", "episode": self._episode_counter, "episode_id": self.episode_id,
-                            "round": state.counters.round - 1, "reason": reason})
+        if self._observers:
+            self._notify("round_end", round=state.counters.round - 1, reason=reason)
         if state.counters.round >= self.budget.T:
             self._finish("max_rounds")
 
@@ -482,42 +582,15 @@ class MageRAGEnv(gym.Env):
         state.stop_reason = reason
         self._invalidate()
         graph = state.gi.graph
-        episode = loaded.episode
-        rendered = render(graph, state, self.render_mode, episode.question, self.render_config)
+        rendered = render(graph, state, self.render_mode, loaded.public.question, self.render_config)
         out: ReaderOutput = self.reader.read(rendered)
         state.counters.reader_calls += 1
-        gold = loaded.gold
-        opened, pages = R.rendered_masks(graph, rendered)
-        covered = R.coverage(gold, opened, pages, graph.node_page)
-        support = R.answer_support(episode, out.answer) if self.reader.answers else \
-            R.oracle_support(episode, gold, covered)
-        is_gold = self._gold_mask(loaded)
-        noise = R.noise(graph, gold, rendered, is_gold)
-        c = state.counters
-        calls = c.reader_calls + c.evaluator_calls
-        cost, parts = R.cost(rendered.tokens, c.operations, calls, self.reward_config, self._op_cap, self._call_cap)
-        total = R.total_reward(support, noise, cost, self.reward_config)
-        components = {
-            "reward": total, "support": support, "noise": noise, "cost": cost, **parts,
-            "lambda_noise": self.reward_config.lambda_noise, "lambda_cost": self.reward_config.lambda_cost,
-            "gold_coverage": float(covered.mean()) if len(covered) else None,
-        }
-        metrics = R.episode_metrics(graph, gold, rendered, covered, opened, is_gold)
-        metrics.update({
-            "operations": c.operations, "reader_calls": c.reader_calls, "evaluator_calls": c.evaluator_calls,
-            "stop_reason": reason, "steps": c.steps, "rounds": c.round, "activations": c.acts_used,
-            "opens": c.opens_used, "searches": c.searches, "invalid_actions": c.invalid,
-        })
-        self._pending_reward += total
-        self._terminal = {"components": components, "metrics": metrics, "rendered": rendered, "reader_output": out}
-        if self.trace is not None:
-            self.trace.end({
-                "kind": "end", "episode": self._episode_counter, "episode_id": episode.episode_id,
-                "stop_reason": reason, "final_states": final_states(graph, state.node_state),
-                "rendered": rendered_summary(rendered),
-                "reader_output": {"answer": out.answer, "raw": out.raw, "cached": out.cached, "error": out.error},
-                "reward_components": components, "metrics": metrics,
-            })
+        outcome = score_episode(graph, loaded.gold, rendered, out, bool(self.reader.answers), state.counters,
+                                self.reward_config, self._op_cap, self._call_cap, reason)
+        self._pending_reward += outcome.reward
+        self._terminal = {"outcome": outcome, "rendered": rendered, "reader_output": out}
+        if self._observers:
+            self._notify("end", reason=reason, outcome=outcome, rendered=rendered, reader_output=out)
 
     # --- replay hooks (mage_gym.trace.replay) ----------------------------------------------
 
@@ -546,20 +619,6 @@ class MageRAGEnv(gym.Env):
 
     # --- internals -------------------------------------------------------------------------
 
-    def _gold_mask(self, loaded: LoadedEpisode) -> np.ndarray:
-        """Per-node "not noise" mask of the current episode (reward only), computed once per episode."""
-        key = (id(loaded.graph), loaded.episode.episode_id)
-        if self._gold_mask_key != key:
-            self._gold_mask_value = R.gold_node_mask(loaded.graph, loaded.gold)
-            self._gold_mask_key = key
-        return self._gold_mask_value
-
-    def _phi(self) -> float:
-        state, loaded = self.state, self._loaded
-        assert state is not None and loaded is not None
-        return R.potential(loaded.gold, state.node_state, state.gi.node_page, state.gi.n_pages,
-                           self.render_mode == "visual", loaded.episode.answerable)
-
     def _invalidate(self) -> None:
         self._slots = None
         self._mask = None
@@ -570,9 +629,15 @@ class MageRAGEnv(gym.Env):
             self._slots, self._n_slots = fill_slots(state, self.rel.order, self.K)
         return self._slots
 
-    def _observation(self) -> dict[str, np.ndarray]:
+    def _observation(self) -> dict[str, Any]:
         slots = self._current_slots()
-        return build_observation(self._require(), self._table, slots, self._n_slots, self._question_vec)
+        obs: dict[str, Any] = build_observation(self._require(), self._table, slots, self._n_slots,
+                                                self._question_vec)
+        if TEXT_KEY in self.observation_keys:
+            obs[TEXT_KEY] = text_observation(self.text_view())
+        if len(obs) != len(self.observation_keys):
+            obs = {k: obs[k] for k in self.observation_keys}
+        return obs
 
     def _take_reward(self) -> float:
         r, self._pending_reward = self._pending_reward, 0.0
@@ -591,14 +656,19 @@ class MageRAGEnv(gym.Env):
         }
         if len(errors) > 1 or (errors and res.error is None):
             info["errors"] = list(errors)
-        if self.text_view_in_info and not state.stopped:
-            info["text_view"] = self.text_view()
+        truncated = state.stopped and state.stop_reason in TRUNCATING_STOP_REASONS
         if state.stopped and self._terminal is not None:
+            outcome: Outcome = self._terminal["outcome"]
             info["episode_id"] = self.episode_id
-            info["reward_components"] = dict(self._terminal["components"])
-            info["metrics"] = dict(self._terminal["metrics"])
-            info.update(self._terminal["metrics"])
-        return self._observation(), float(reward), bool(state.stopped), False, info
+            info["reward_components"] = dict(outcome.components)
+            info["metrics"] = dict(outcome.metrics)
+            info.update(outcome.metrics)
+        return self._observation(), float(reward), bool(state.stopped and not truncated), bool(truncated), info
+
+    @property
+    def last_outcome(self) -> Outcome | None:
+        """Reward components and metrics of the finished episode (None before the end)."""
+        return None if self._terminal is None else self._terminal["outcome"]
 
     @property
     def last_render(self) -> RenderedInput | None:

@@ -1,4 +1,4 @@
-"""Episode providers: which (question, document graph, gold) an environment plays.
+"""Episode providers: which (question, document graph) an environment plays, with the gold sealed.
 
 Why a provider: the environment must run on pre-built pairs (unit tests, toy
 graphs, the generator) and on benchmark episodes whose graphs are built or
@@ -7,15 +7,24 @@ loaded from the on-disk cache on first use. Both look the same to the env:
 sit in a small LRU so an env cycling through a benchmark does not hold every
 document; pre-built pairs share their graph objects between envs in a process.
 
-Gold (``GoldEvidence``) is resolved lazily and used only for the reward and
-end-of-episode metrics; a policy never sees it.
+Why sealed gold: an :class:`~mage_gym.data.episode.Episode` carries the answer
+and the evidence. A provider hands the env a :class:`LoadedEpisode` whose
+public fields are the :class:`PublicEpisode` (id, document, question, page
+window) and the graph; the gold sits in a :class:`SealedGold`, an object with
+no public attribute. Only the reward and metrics (:mod:`mage_gym.env.outcome`)
+and the privileged view of an env built with ``privileged=True`` open it, and
+they do it through the private ``_open``. Gold is resolved onto graph nodes
+lazily, at the first opening, so nothing reads a gold field before the
+episode's end.
 """
 from __future__ import annotations
 
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+
+import numpy as np
 
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
@@ -31,22 +40,97 @@ class EnvEpisode:
     gold: GoldEvidence | None = None
 
 
-@dataclass(eq=False)
-class LoadedEpisode:
+@dataclass(frozen=True)
+class PublicEpisode:
+    """What a policy may know about an episode: the task, never its answer or evidence.
+
+    ``page_window`` (LongDocURL's page range given to the reader) is part of
+    the task: pages outside it are out of play from the start.
+    """
+
+    episode_id: str
+    doc_id: str
+    question: str
+    source: str
+    page_window: tuple[int, int] | None = None
+
+    @classmethod
+    def of(cls, episode: Episode) -> "PublicEpisode":
+        """Read only the public fields of ``episode`` (no gold field is touched)."""
+        return cls(episode_id=episode.episode_id, doc_id=episode.doc_id, question=episode.question,
+                   source=str(episode.source), page_window=episode.page_window)
+
+    def as_dict(self) -> dict[str, str]:
+        """The id, document and question (``Episode.public_view``'s keys)."""
+        return {"episode_id": self.episode_id, "doc_id": self.doc_id, "question": self.question}
+
+
+@dataclass(frozen=True, eq=False)
+class Gold:
+    """An episode's gold as the reward reads it: the Episode (answer, format) and its resolved evidence."""
+
     episode: Episode
+    evidence: GoldEvidence
+    _cache: dict = field(default_factory=dict, repr=False)
+
+    def node_mask(self, graph: EvidenceGraph) -> np.ndarray:
+        """bool [n_nodes]: nodes whose rendered tokens are not noise (once per episode; content-only)."""
+        mask = self._cache.get("node_mask")
+        if mask is None:
+            from mage_gym.reward import gold_node_mask
+
+            mask = self._cache["node_mask"] = gold_node_mask(graph, self.evidence)
+        return mask
+
+
+class SealedGold:
+    """The gold of one episode, sealed: no public attribute, an opaque repr, resolved on first opening.
+
+    ``_open()`` is for the env's reward/metrics code and its privileged view only.
+    """
+
+    __slots__ = ("__episode", "__graph", "__evidence", "__cache", "__gold")
+
+    def __init__(self, episode: Episode, graph: EvidenceGraph, evidence: GoldEvidence | None = None,
+                 cache: dict[str, Gold] | None = None) -> None:
+        self.__episode = episode
+        self.__graph = graph
+        self.__evidence = evidence
+        self.__cache = cache  # provider-level, by episode_id (gold depends on content only)
+        self.__gold: Gold | None = None
+
+    def __repr__(self) -> str:
+        return "SealedGold(<sealed>)"
+
+    def _open(self) -> Gold:
+        if self.__gold is None:
+            episode = self.__episode
+            cached = self.__cache.get(episode.episode_id) if self.__cache is not None else None
+            if cached is None:
+                evidence = self.__evidence
+                if evidence is None:
+                    from mage_gym.data.gold import resolve_gold
+
+                    evidence = resolve_gold(episode, self.__graph)
+                cached = Gold(episode, evidence)
+                if self.__cache is not None:
+                    self.__cache[episode.episode_id] = cached
+            self.__gold = cached
+        return self.__gold
+
+
+@dataclass(frozen=True, eq=False)
+class LoadedEpisode:
+    """One playable episode: its public part, its graph, and its sealed gold."""
+
+    public: PublicEpisode
     graph: EvidenceGraph
-    _gold: GoldEvidence | None = None
-    _gold_cache: dict | None = None  # provider-level cache by episode_id (gold depends on content only)
+    gold: SealedGold
 
-    @property
-    def gold(self) -> GoldEvidence:
-        if self._gold is None:
-            from mage_gym.data.gold import resolve_gold
-
-            self._gold = resolve_gold(self.episode, self.graph)
-            if self._gold_cache is not None:
-                self._gold_cache[self.episode.episode_id] = self._gold
-        return self._gold
+    @classmethod
+    def of(cls, episode: Episode, graph: EvidenceGraph, evidence: GoldEvidence | None = None,
+           cache: dict[str, Gold] | None = None) -> "LoadedEpisode":
+        return cls(PublicEpisode.of(episode), graph, SealedGold(episode, graph, evidence, cache))
 
 
 @runtime_checkable
@@ -75,7 +159,7 @@ class PairProvider:
         for p in items:
             if not isinstance(p.episode, Episode) or not isinstance(p.graph, EvidenceGraph):
                 raise TypeError("pairs must be (Episode, EvidenceGraph[, GoldEvidence])")
-            self._items[p.episode.episode_id] = LoadedEpisode(p.episode, p.graph, p.gold)
+            self._items[p.episode.episode_id] = LoadedEpisode.of(p.episode, p.graph, p.gold)
         if not self._items:
             raise ValueError("no episodes given")
 
@@ -108,15 +192,15 @@ class LazyGraphProvider:
         self.max_graphs = max(1, int(max_graphs))
         self.graph_kwargs = dict(graph_kwargs or {})
         self._graphs: OrderedDict[str, EvidenceGraph] = OrderedDict()
-        self._gold: dict[str, GoldEvidence] = {}
+        self._gold: dict[str, Gold] = {}
         self._lock = threading.Lock()
 
     @property
     def ids(self) -> list[str]:
         return list(self._episodes)
 
-    def graph_for(self, episode: Episode) -> EvidenceGraph:
-        key = str(episode.source)
+    def _graph_for(self, source: str) -> EvidenceGraph:
+        key = str(source)
         with self._lock:
             g = self._graphs.get(key)
             if g is not None:
@@ -124,19 +208,50 @@ class LazyGraphProvider:
                 return g
         from mage_gym.graph import build_graph
 
-        g = build_graph(episode.source, parser=self.parser, **self.graph_kwargs)
+        g = build_graph(source, parser=self.parser, **self.graph_kwargs)
         with self._lock:
             self._graphs[key] = g
             while len(self._graphs) > self.max_graphs:
                 self._graphs.popitem(last=False)
         return g
 
+    def graph_for(self, episode: Episode) -> EvidenceGraph:
+        return self._graph_for(episode.source)
+
     def get(self, episode_id: str) -> LoadedEpisode:
         try:
             ep = self._episodes[episode_id]
         except KeyError:
             raise KeyError(f"unknown episode_id {episode_id!r}") from None
-        return LoadedEpisode(ep, self.graph_for(ep), self._gold.get(episode_id), self._gold)
+        return LoadedEpisode.of(ep, self._graph_for(ep.source), cache=self._gold)
+
+
+class SealedEpisodes:
+    """An opaque handle on a provider: what ``env.spec.kwargs["episodes"]`` holds after ``gym.make``.
+
+    Why: ``gym.make`` records its keyword arguments in the env's spec, a public
+    attribute, so the Episodes (answers, evidence) passed as ``episodes=`` would
+    be one attribute away from any code holding the env. The env swaps them for
+    this handle, which :func:`as_provider` accepts (``gym.make(env.spec)`` still
+    works) and which shows nothing. Copying it shares the provider.
+    """
+
+    __slots__ = ("__provider",)
+
+    def __init__(self, provider: "EpisodeProvider") -> None:
+        self.__provider = provider
+
+    def __repr__(self) -> str:
+        return "SealedEpisodes(<sealed>)"
+
+    def __copy__(self) -> "SealedEpisodes":
+        return self
+
+    def __deepcopy__(self, memo: dict) -> "SealedEpisodes":
+        return self
+
+    def _provider(self) -> "EpisodeProvider":
+        return self.__provider
 
 
 def as_provider(episodes: Any, parser: str = "layout", max_graphs: int = 4,
@@ -145,8 +260,11 @@ def as_provider(episodes: Any, parser: str = "layout", max_graphs: int = 4,
 
     Accepts a provider, a single :class:`EnvEpisode`, or a sequence of
     :class:`EnvEpisode` / ``(Episode, EvidenceGraph[, GoldEvidence])`` tuples
-    (pre-built), or of :class:`Episode` (graphs built lazily).
+    (pre-built), or of :class:`Episode` (graphs built lazily), or the
+    :class:`SealedEpisodes` handle of an env's spec.
     """
+    if isinstance(episodes, SealedEpisodes):
+        return episodes._provider()
     if isinstance(episodes, (PairProvider, LazyGraphProvider)) or (
         not isinstance(episodes, (list, tuple)) and isinstance(episodes, EpisodeProvider)
     ):
@@ -161,3 +279,11 @@ def as_provider(episodes: Any, parser: str = "layout", max_graphs: int = 4,
     if all(isinstance(x, Episode) for x in items):
         return LazyGraphProvider(items, parser=parser, max_graphs=max_graphs, graph_kwargs=graph_kwargs)
     return PairProvider(items)
+
+
+def choose_episode_id(ids: Sequence[str], np_random: np.random.Generator, options: Mapping[str, Any] | None) -> str:
+    """``options["episode_id"]`` when given, else one drawn with the env's seeded generator."""
+    eid = (options or {}).get("episode_id")
+    if eid is None:
+        eid = ids[int(np_random.integers(len(ids)))]
+    return str(eid)

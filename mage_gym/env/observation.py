@@ -11,14 +11,22 @@ Keys:
 - ``budget`` float32 [4]: remaining round activations / m, activations / M,
   opens / B, rounds / T;
 - ``progress`` float32 [2]: round / T and step / step cap;
-- ``question`` float32 [384]: the question embedding (zero-padded or cut to 384).
+- ``question`` float32 [384]: the question embedding (zero-padded or cut to 384);
+- ``text`` (opt-in, off by default): the text view for LLM agents, a
+  :class:`UnicodeText` string (any Unicode character; cut at
+  :data:`TEXT_MAX_CHARS`).
 
 Everything is in [0, 1] except the question vector ([-1, 1]). No gold field
-(answer, evidence, format, flags) is an input to any of these.
+(answer, evidence, format, flags) is an input to any of these. The default
+keys are :data:`NUMERIC_KEYS`, exactly what SB3's ``MultiInputPolicy`` accepts;
+an env built with ``observation_keys=NUMERIC_KEYS + ("text",)`` adds the text
+(NLE's ``observation_keys`` idea).
 """
 from __future__ import annotations
 
+import string
 from collections import OrderedDict
+from typing import Sequence
 
 import numpy as np
 from gymnasium import spaces
@@ -47,14 +55,79 @@ N_FEATURES = len(NODE_FEATURES)
 assert N_FEATURES - (_STATE0 + 1) == N_DYN and _PAGEACT - (_STATE0 + 1) == DYN_PAGEACT
 
 
-def observation_space(K: int) -> spaces.Dict:
-    return spaces.Dict({
+NUMERIC_KEYS: tuple[str, ...] = ("nodes", "slot_mask", "budget", "progress", "question")
+TEXT_KEY = "text"
+OBSERVATION_KEYS: tuple[str, ...] = NUMERIC_KEYS + (TEXT_KEY,)
+#: Upper bound of the ``text`` key (a text view is a few to a few tens of thousands of characters).
+TEXT_MAX_CHARS = 1_000_000
+_SAMPLE_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n" + "éßøπ–—…€中文"
+
+
+class UnicodeText(spaces.Text):
+    """A :class:`gymnasium.spaces.Text` that holds any Unicode string up to ``max_length`` characters.
+
+    Why: ``Text`` checks every character against a finite charset, and real
+    documents carry any character (accents, CJK, symbols, ligatures), so a
+    text observation would leave its space. ``sample`` draws from a small
+    mixed charset and at most 1,024 characters (samples are for tests, not
+    for covering the space).
+    """
+
+    def __init__(self, max_length: int = TEXT_MAX_CHARS, *, min_length: int = 0,
+                 seed: int | np.random.Generator | None = None) -> None:
+        super().__init__(max_length, min_length=min_length, charset=_SAMPLE_CHARS, seed=seed)
+
+    def contains(self, x: object) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def sample(self, mask=None, probability=None) -> str:  # type: ignore[override]
+        if mask is None and probability is None:
+            length = int(self.np_random.integers(self.min_length, min(self.max_length, 1024) + 1))
+            return "".join(self.np_random.choice(self.character_list, size=length))
+        return super().sample(mask=mask, probability=probability)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False  # characters have no index outside the sample charset
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"
+
+    def __eq__(self, other: object, /) -> bool:
+        return isinstance(other, UnicodeText) and (self.min_length, self.max_length) == (
+            other.min_length, other.max_length)
+
+
+def check_observation_keys(keys: Sequence[str] | None) -> tuple[str, ...]:
+    """The keys an env observes, in a fixed order (None: the numeric keys, as SB3 expects)."""
+    if keys is None:
+        return NUMERIC_KEYS
+    keys = tuple(str(k) for k in keys)
+    unknown = sorted(set(keys) - set(OBSERVATION_KEYS))
+    if unknown or not keys:
+        raise ValueError(f"observation_keys must be a non-empty subset of {OBSERVATION_KEYS}, got {keys}")
+    return tuple(k for k in OBSERVATION_KEYS if k in keys)
+
+
+def observation_space(K: int, keys: Sequence[str] = NUMERIC_KEYS) -> spaces.Dict:
+    all_spaces = {
         "nodes": spaces.Box(0.0, 1.0, shape=(K, N_FEATURES), dtype=np.float32),
         "slot_mask": spaces.Box(0.0, 1.0, shape=(K,), dtype=np.float32),
         "budget": spaces.Box(0.0, 1.0, shape=(4,), dtype=np.float32),
         "progress": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
         "question": spaces.Box(-1.0, 1.0, shape=(QUESTION_DIM,), dtype=np.float32),
-    })
+    }
+    if TEXT_KEY in keys:
+        all_spaces[TEXT_KEY] = UnicodeText(TEXT_MAX_CHARS)
+    return spaces.Dict({k: v for k, v in all_spaces.items() if k in keys})
+
+
+def text_observation(view: str) -> str:
+    """The text view as an observation value (cut, with a marker, in the unlikely case it exceeds the bound)."""
+    if len(view) <= TEXT_MAX_CHARS:
+        return view
+    marker = "\n<!-- cut at TEXT_MAX_CHARS -->"
+    return view[: TEXT_MAX_CHARS - len(marker)] + marker
 
 
 def question_features(rel: EpisodeRelevance) -> np.ndarray:

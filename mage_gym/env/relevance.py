@@ -25,7 +25,10 @@ import numpy as np
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever, Scores
 
-#: Number of per-retriever relevance columns in the observation (fused first, then components).
+#: Number of per-retriever relevance columns in the observation (fused first, then components in the
+#: retriever's order). ``hybrid_elements`` fills bm25, dense and leaves the last column 0; ``hybrid_pages``
+#: puts its page-text channel there (elements: their page's page-text percentile), so the observation
+#: space, and checkpoints trained on it, keep their shape whichever hybrid is the default.
 N_RELEVANCE = 4
 QueryFn = Callable[[str], Query]
 
@@ -140,6 +143,17 @@ def shared_retriever(name: str, **cfg: Any) -> Retriever:
 
         _RETRIEVERS[key] = get_retriever(name, **cfg)
     return _RETRIEVERS[key]
+
+
+def clear_caches() -> None:
+    """Forget cached question relevance, search scores and question vectors (retriever indexes stay).
+
+    Why: the next reset of any episode is then cold (question encoded and
+    scored again), which is what a speed measurement of reset needs.
+    """
+    _QUESTIONS.clear()
+    _SEARCHES.clear()
+    _QUERY_VECTORS.clear()
 
 
 def default_query_fn(text: str) -> Query:

@@ -4,7 +4,7 @@ Importing this package is cheap (numpy only): parsers, the text encoder and
 torch are imported when a graph is actually *built*, never when one is loaded
 from the cache.
 """
-from mage_gym.graph.build import EmbedConfig, build_from_parsed, build_graph, load_graph
+from mage_gym.graph.build import build_from_parsed, build_graph, failed_pages, load_graph
 from mage_gym.graph.edges import EdgeConfig, build_edges
 from mage_gym.graph.errors import (
     CorruptDocumentError,
@@ -16,6 +16,7 @@ from mage_gym.graph.errors import (
     UnsupportedSourceError,
 )
 from mage_gym.graph.graph import EvidenceGraph
+from mage_gym.graph.prepare import EmbedConfig
 from mage_gym.graph.schema import (
     EDGE_KINDS,
     ELEMENT_TYPES,
@@ -25,6 +26,7 @@ from mage_gym.graph.schema import (
     Edge,
     Element,
     Page,
+    PageFailure,
     ParsedDocument,
     ParsedElement,
     ParsedPage,
@@ -34,7 +36,8 @@ from mage_gym.graph.schema import (
 from mage_gym.graph.store import GRAPH_VERSION, GraphNotBuiltError, default_cache_dir
 
 __all__ = [
-    "build_graph", "load_graph", "build_from_parsed", "build_edges", "EdgeConfig", "EmbedConfig",
+    "build_graph", "load_graph", "build_from_parsed", "failed_pages", "PageFailure", "build_edges", "EdgeConfig",
+    "EmbedConfig",
     "EvidenceGraph", "GRAPH_VERSION", "GraphNotBuiltError", "default_cache_dir",
     "DocumentSource", "Page", "Element", "Edge", "ParsedDocument", "ParsedPage", "ParsedElement",
     "EDGE_KINDS", "ELEMENT_TYPES", "NODE_TYPES", "VISUAL_TYPES", "page_id", "element_id",

@@ -26,30 +26,28 @@ are exactly the ones the edges encode.
 """
 from __future__ import annotations
 
-import re
-from dataclasses import asdict, dataclass, fields
-from typing import Any, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, ClassVar, Mapping, Sequence
 
 import numpy as np
 
+from mage_gym.graph.patterns import CAPTION_LIKE_RE
 from mage_gym.graph.schema import EDGE_KINDS, BBox, Element, Page
+from mage_gym.graph.settings import Settings
 
 VISUALS: frozenset[str] = frozenset({"figure", "chart", "table"})
 #: Text types that can serve as a table's header line or a visual's caption.
 _TEXTUAL: frozenset[str] = frozenset({"paragraph", "caption", "title", "list", "footnote"})
-_CAPTION_RE = re.compile(
-    r"^\s*(fig(?:ure)?|chart|graph|table|tab|exhibit|plate|diagram|illustration|photo|image|map)\b\.?\s*"
-    r"(?:[0-9ivxlc]+|[a-z]\b|[:.\-\u2013\u2014])",
-    re.IGNORECASE,
-)
 
 
 @dataclass(frozen=True)
-class EdgeConfig:
+class EdgeConfig(Settings):
     """Knobs of the edge builder (part of the graph cache key).
 
     Distances are in normalised page units (1.0 = page width/height).
     """
+
+    kind: ClassVar[str] = "edge"
 
     layout_k: int = 3  # spatial neighbours per element
     layout_min_gap: float = 0.01  # distance at which layout weight saturates at 1.0
@@ -58,21 +56,6 @@ class EdgeConfig:
     semantic_k_pages: int = 2
     semantic_min_sim: float = 0.5  # below this cosine, nodes are unrelated
     semantic_block: int = 1024  # rows per matmul block (memory ~ block * n * 4 bytes)
-
-    @classmethod
-    def from_dict(cls, cfg: Mapping[str, Any] | "EdgeConfig" | None) -> "EdgeConfig":
-        if cfg is None:
-            return cls()
-        if isinstance(cfg, EdgeConfig):
-            return cfg
-        known = {f.name for f in fields(cls)}
-        unknown = set(cfg) - known
-        if unknown:
-            raise ValueError(f"unknown edge config keys {sorted(unknown)}; known: {sorted(known)}")
-        return cls(**dict(cfg))
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
 
 
 @dataclass
@@ -161,7 +144,7 @@ def is_caption_like(etype: str, text: str) -> bool:
     """A caption element, or a short text line that reads like one ("Figure 3: ...", "Table 2 ...")."""
     if etype == "caption":
         return True
-    return etype in ("paragraph", "title", "footnote") and len(text) <= 400 and bool(_CAPTION_RE.match(text))
+    return etype in ("paragraph", "title", "footnote") and len(text) <= 400 and bool(CAPTION_LIKE_RE.match(text))
 
 
 def caption_pairs(types: Sequence[str], boxes: Sequence[BBox], texts: Sequence[str],

@@ -16,7 +16,7 @@ options from us. Two of their defaults are costly in a build worker:
   stops growing after the first page; a worker's peak memory is measured by
   ``experiments/perf_graph.py``.
 
-So a worker process (which we own: see :func:`mage_gym.graph.build.get_pool`)
+So a worker process (which we own: see :func:`mage_gym.graph.workers.get_pool`)
 wraps the session constructor once at start-up. Sessions created with
 explicit thread options are left alone. Only worker processes call
 :func:`cap_onnx_threads`; a user's own process is never patched.

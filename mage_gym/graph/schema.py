@@ -73,6 +73,7 @@ class ParsedPage:
     footer_text: str = ""
     image_only: bool = False  # no text layer: text (if any) came from OCR
     warnings: list[str] = field(default_factory=list)
+    failure: "PageFailure | None" = None  # set when the page's content is missing because something failed
 
 
 @dataclass
@@ -174,16 +175,44 @@ def bbox_inside_fraction(inner: BBox, outer: BBox) -> float:
     return inter / area if area > 0 else 0.0
 
 
-#: Page warnings that mean "this page's content is missing because something failed".
-FAILURE_PREFIXES = ("parse failed:", "image unreadable:")
+#: Stages at which a page can fail (:attr:`PageFailure.stage`).
+FAILURE_STAGES: tuple[str, ...] = ("parse", "image")
 
 
-def failure_warning(what: str, exc: BaseException) -> str:
-    """The warning text of a failed page (``what`` is one of :data:`FAILURE_PREFIXES` without the colon)."""
-    return f"{what}: {exc.__class__.__name__}: {exc}"
+@dataclass(frozen=True)
+class PageFailure:
+    """A page whose content is missing from the graph because something failed.
 
+    Why a record: the builder refuses to cache a graph with failed pages (the
+    failure may be transient: out of memory, an install broken mid-run), and
+    corpus reports count failures by stage and error type. Code reads these
+    fields; :meth:`warning` is the same fact in words for people.
 
-def is_failure(warning: str) -> bool:
-    """True for a page warning written by :func:`failure_warning` (possibly prefixed with ``p<index>: ``)."""
-    text = warning.split(": ", 1)[1] if warning.startswith("p") and warning[1:2].isdigit() else warning
-    return text.startswith(FAILURE_PREFIXES)
+    ``stage`` is ``"parse"`` (the parser raised on a PDF page) or ``"image"``
+    (a page image could not be read); ``error_type`` is the exception's class
+    name and ``message`` its text.
+    """
+
+    page: int
+    stage: str
+    error_type: str
+    message: str
+
+    @classmethod
+    def from_exception(cls, page: int, stage: str, exc: BaseException) -> "PageFailure":
+        if stage not in FAILURE_STAGES:
+            raise ValueError(f"unknown failure stage {stage!r}; expected one of {FAILURE_STAGES}")
+        return cls(page=int(page), stage=stage, error_type=exc.__class__.__name__, message=str(exc))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "PageFailure":
+        return cls(page=int(d["page"]), stage=str(d["stage"]), error_type=str(d["error_type"]),
+                   message=str(d["message"]))
+
+    def to_dict(self) -> dict:
+        return {"page": self.page, "stage": self.stage, "error_type": self.error_type, "message": self.message}
+
+    def warning(self) -> str:
+        """The page warning people read (the graph's ``meta["warnings"]`` prefixes it with ``p<page>: ``)."""
+        what = "parse failed" if self.stage == "parse" else "image unreadable"
+        return f"{what}: {self.error_type}: {self.message}"

@@ -36,11 +36,14 @@ import numpy as np
 
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.graph.schema import DocumentSource, Element, Page
+from mage_gym.jsonio import json_default
 
 #: Bump whenever the builder's output for the same input changes (edges,
 #: summaries, ids, normalisation). Old entries then become misses.
 #: 3: the default encoder runs int8 on CPUs with VNNI (new vectors and semantic edges there).
-GRAPH_VERSION = "3"
+#: 4: the layout parser keeps text-layer lines no model box covers; a page whose only lines look like
+#: a header or footer keeps them as elements (text-layer routes). See docs/ARCHITECTURE.md.
+GRAPH_VERSION = "4"
 FORMAT = 1
 MANIFEST = "manifest.json"
 RECORDS = "records.json"
@@ -182,7 +185,7 @@ def save_graph(graph: EvidenceGraph, key: str, cache_dir: str | Path | None = No
             "edge_label_vocab": vocab,
             "meta": graph.meta,
         }
-        files: dict[str, bytes] = {RECORDS: json.dumps(records, ensure_ascii=False, default=_json_default).encode()}
+        files: dict[str, bytes] = {RECORDS: json.dumps(records, ensure_ascii=False, default=json_default).encode()}
         arrays = {
             "edge_src": graph.edge_src, "edge_dst": graph.edge_dst, "edge_kind": graph.edge_kind,
             "edge_weight": graph.edge_weight, "edge_label": label_codes,
@@ -215,20 +218,6 @@ def save_graph(graph: EvidenceGraph, key: str, cache_dir: str | Path | None = No
         raise
     _sweep_tmp(base)
     return final
-
-
-def _json_default(obj: Any) -> Any:
-    if isinstance(obj, (np.integer,)):
-        return int(obj)
-    if isinstance(obj, (np.floating,)):
-        return float(obj)
-    if isinstance(obj, np.ndarray):
-        return obj.tolist()
-    if isinstance(obj, (set, frozenset, tuple)):
-        return list(obj)
-    if isinstance(obj, Path):
-        return str(obj)
-    raise TypeError(f"cannot store {type(obj).__name__} in graph meta")
 
 
 # --- load -----------------------------------------------------------------------

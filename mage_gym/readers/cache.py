@@ -202,6 +202,12 @@ class CachedReader:
     def cache_identity(self) -> dict[str, Any]:
         return dict(self.identity)
 
+    def validate(self) -> None:
+        """The wrapped reader's pre-run check (e.g. the server serves the model)."""
+        check = getattr(self.reader, "validate", None)
+        if callable(check):
+            check()
+
     def key(self, rendered: RenderedInput) -> str:
         return input_key(self.identity, rendered, include_images=self.include_images, image_key=self.image_key)[0]
 

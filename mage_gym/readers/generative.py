@@ -37,6 +37,9 @@ class GenerativeReader:
         """Hook: shrink a prompt that does not fit the model (default: unchanged)."""
         return prompt
 
+    def validate(self) -> None:
+        """Check, before the first episode, what construction could not (default: nothing to check)."""
+
     def generation_params(self) -> dict[str, Any]:
         """Everything besides the input that changes the output (part of cache keys)."""
         return {}

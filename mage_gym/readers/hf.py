@@ -68,7 +68,8 @@ class HFReader(GenerativeReader):
 
     ``model`` is a local directory, a ``.gguf`` file, or ``"smollm2"``.
     ``kind`` forces ``"vl"`` or ``"causal"``; ``"auto"`` decides from the
-    config. ``max_input_tokens`` caps the prompt length for text models
+    config. ``vision=False`` sends a vision-language model the text prompt only
+    (None: images whenever the model can see them). ``max_input_tokens`` caps the prompt length for text models
     (default: the model's context minus ``max_new_tokens``); longer evidence is
     cut, with a visible note, rather than failing the episode.
     """
@@ -78,7 +79,8 @@ class HFReader(GenerativeReader):
     def __init__(self, model: str | Path = "smollm2", *, gguf_file: str | None = None, kind: str = "auto",
                  max_new_tokens: int = 128, device: str | None = None, dtype: str | None = None,
                  max_input_tokens: int | None = None, llm_extract: bool = False,
-                 cache_root: str | Path | None = None, model_id: str | None = None) -> None:
+                 cache_root: str | Path | None = None, model_id: str | None = None,
+                 vision: bool | None = None) -> None:
         if kind not in KINDS:
             raise ReaderConfigError(f"kind must be one of {KINDS}, got {kind!r}")
         if max_new_tokens < 1:
@@ -96,7 +98,10 @@ class HFReader(GenerativeReader):
             self.kind = "causal"
         else:
             self.kind = _detect_kind(self.model_dir) if kind == "auto" else kind
-        self.uses_images = self.kind == "vl"
+        if vision and self.kind != "vl":
+            raise ReaderConfigError(f"vision=true needs a vision-language model; {model} loads as a text-only "
+                                    "causal LM (set vision=false or leave it unset)")
+        self.uses_images = self.kind == "vl" and vision is not False
         self.model_id = model_id or self._default_model_id()
         self._loaded: LoadedModel | None = None
 

@@ -9,11 +9,16 @@ read, run from a thread pool for throughput.
 Robustness rules:
 - images travel as base64 ``data:`` URIs (PNG by default) in ``image_url``
   content parts, interleaved with the XML as in the local reader;
-- every request has a timeout; connection errors, timeouts, HTTP 429 and 5xx
-  are retried with exponential backoff (``Retry-After`` honoured, capped), at
-  most ``max_retries`` times; other HTTP errors fail at once;
-- after the last attempt a :class:`ReaderError` names the URL, the number of
-  attempts and the cause;
+- ``vision=False`` sends every message as one plain string (never a list of
+  content parts), which text-only servers such as llama.cpp's require;
+- every request has a timeout; connection errors, timeouts, HTTP 408, 429 and
+  5xx are retried with exponential backoff (``Retry-After`` honoured,
+  capped), at most ``max_retries`` times, then raise
+  :class:`ReaderUnavailableError` naming the URL, the number of attempts and
+  the cause;
+- other HTTP errors fail at once: 401/403/404 (credentials, URL, model) and a
+  server that rejects image parts (the error says to set ``vision=false``) as
+  :class:`ReaderConfigError`, the rest as :class:`ReaderRequestError`;
 - concurrent requests to one server are limited by a semaphore shared by the
   whole process (``max_concurrency``), however many readers point at it;
 - the API key is read from an environment variable only (``api_key_env``),
@@ -26,6 +31,7 @@ import http.client
 import io
 import json
 import os
+import re
 import socket
 import threading
 import time
@@ -36,12 +42,19 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
 from mage_gym.readers.base import RenderedImage, RenderedInput, ReaderOutput
-from mage_gym.readers.errors import ReaderConfigError, ReaderError, read_or_error
+from mage_gym.readers.errors import (ReaderConfigError, ReaderError, ReaderRequestError, ReaderUnavailableError,
+                                     read_or_error)
 from mage_gym.readers.generative import GenerativeReader
 from mage_gym.readers.prompt import ReaderPrompt
 
 DEFAULT_BASE_URL = "http://127.0.0.1:8000/v1"
-RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})
+RETRY_STATUS = frozenset({408, 429, 500, 502, 503, 504})  # and every other 5xx
+CONFIG_STATUS = frozenset({401, 403, 404})
+#: An error body that says the server cannot take image / list content (llama.cpp's text-only chat
+#: templates fail with "can only concatenate str (not "list") to str").
+_IMAGE_REJECTION = re.compile(r"image|multi-?modal|vision|content.?part|mmproj|clip|\blist\b", re.I)
+VISION_HINT = ("the request carried images as content parts and this server looks text-only: "
+               "set vision=false for this reader/evaluator backend")
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
 _SEMAPHORES: dict[str, threading.BoundedSemaphore] = {}
@@ -68,9 +81,9 @@ class _Retryable(Exception):
 class OpenAIReader(GenerativeReader):
     """Reads through ``POST {base_url}/chat/completions``.
 
-    ``vision=False`` drops images (text-only models such as a GGUF served by
-    llama.cpp without a projector). ``calls`` counts HTTP attempts made by
-    this reader, retries included.
+    ``vision=False`` drops images and sends plain-string messages (text-only
+    models such as a GGUF served by llama.cpp without a projector). ``calls``
+    counts HTTP attempts made by this reader, retries included.
     """
 
     name = "openai"
@@ -111,13 +124,27 @@ class OpenAIReader(GenerativeReader):
         # may reject them.
         self.prefill = bool(prefill)
         self._sleep = sleep
+        self.calls = 0
+        self._connect()
+
+    def _connect(self) -> None:
+        """Process-local transport state (rebuilt after unpickling: locks and openers do not pickle)."""
         self._semaphore = server_semaphore(self.base_url, self.max_concurrency)
-        host = (parsed.hostname or "").lower()
+        host = (urllib.parse.urlparse(self.base_url).hostname or "").lower()
         # Loopback servers must not go through an http_proxy from the environment.
         handlers = [urllib.request.ProxyHandler({})] if host in _LOOPBACK else []
         self._opener = urllib.request.build_opener(*handlers)
-        self.calls = 0
         self._calls_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = dict(self.__dict__)
+        for key in ("_semaphore", "_opener", "_calls_lock"):
+            state.pop(key, None)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._connect()
 
     def generation_params(self) -> dict[str, Any]:
         return {"max_tokens": self.max_tokens, "temperature": self.temperature,
@@ -126,8 +153,8 @@ class OpenAIReader(GenerativeReader):
     # --- request building ---------------------------------------------------
 
     def messages(self, prompt: ReaderPrompt) -> list[dict[str, Any]]:
-        """Chat messages for one prompt (images as data URIs in content parts)."""
-        if not prompt.images:
+        """Chat messages for one prompt (images as data URIs in content parts; text-only: strings)."""
+        if not prompt.images or not self.uses_images:
             user: Any = prompt.user_text()
         else:
             user = []
@@ -160,7 +187,9 @@ class OpenAIReader(GenerativeReader):
         prefix = prompt.response_prefix if self.prefill else ""
         if prefix:
             payload.update(continue_final_message=True, add_generation_prompt=False)
-        body = self._post_with_retries(json.dumps(payload).encode("utf-8"))
+        has_images = any(isinstance(part, dict) and part.get("type") == "image_url"
+                         for m in payload["messages"] if isinstance(m["content"], list) for part in m["content"])
+        body = self._post_with_retries(json.dumps(payload).encode("utf-8"), has_images)
         try:
             message = body["choices"][0]["message"]
         except (KeyError, IndexError, TypeError) as err:
@@ -171,14 +200,14 @@ class OpenAIReader(GenerativeReader):
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         return (prefix + str(content)).strip()
 
-    def _post_with_retries(self, data: bytes) -> dict[str, Any]:
+    def _post_with_retries(self, data: bytes, has_images: bool = False) -> dict[str, Any]:
         attempts = 0
         cause = ""
         for attempt in range(self.max_retries + 1):
             attempts += 1
             try:
                 with self._semaphore:
-                    return self._post_once(data)
+                    return self._post_once(data, has_images)
             except _Retryable as err:
                 cause = err.cause
                 if attempt < self.max_retries:
@@ -186,10 +215,11 @@ class OpenAIReader(GenerativeReader):
                     if err.retry_after is not None:
                         delay = min(self.backoff_max, max(delay, err.retry_after))
                     self._sleep(delay)
-        raise ReaderError(f"reader server {self.url} failed after {attempts} attempt(s): {cause}",
-                          url=self.url, attempts=attempts, cause=cause)
+        hint = f" ({VISION_HINT} if it cannot read images)" if has_images and "HTTP 5" in cause else ""
+        raise ReaderUnavailableError(f"reader server {self.url} failed after {attempts} attempt(s): {cause}{hint}",
+                                     url=self.url, attempts=attempts, cause=cause)
 
-    def _post_once(self, data: bytes) -> dict[str, Any]:
+    def _post_once(self, data: bytes, has_images: bool = False) -> dict[str, Any]:
         headers = {"Content-Type": "application/json", "Accept": "application/json"}
         key = os.environ.get(self.api_key_env) if self.api_key_env else None
         if key:
@@ -201,11 +231,7 @@ class OpenAIReader(GenerativeReader):
             with self._opener.open(request, timeout=self.timeout) as resp:
                 raw = resp.read()
         except urllib.error.HTTPError as err:
-            detail = _error_detail(err)
-            if err.code in RETRY_STATUS:
-                raise _Retryable(f"HTTP {err.code}: {detail}", _retry_after(err)) from err
-            raise ReaderError(f"reader server {self.url} rejected the request: HTTP {err.code}: {detail}",
-                              url=self.url, attempts=1, cause=f"HTTP {err.code}") from err
+            raise self._http_error(err, has_images) from err
         except urllib.error.URLError as err:
             raise _Retryable(f"connection error: {err.reason}") from err
         except (socket.timeout, TimeoutError) as err:
@@ -217,6 +243,54 @@ class OpenAIReader(GenerativeReader):
         except ValueError as err:
             raise ReaderError(f"reader server {self.url} returned non-JSON: {raw[:200]!r}",
                               url=self.url, attempts=1, cause="non-JSON response") from err
+
+    def _http_error(self, err: urllib.error.HTTPError, has_images: bool) -> Exception:
+        """The typed exception for an HTTP error status (``_Retryable`` for transient ones)."""
+        detail = _error_detail(err)
+        code = err.code
+        what = f"reader server {self.url} rejected the request: HTTP {code}: {detail}"
+        if has_images and code in (400, 415, 422, 500) and _IMAGE_REJECTION.search(detail):
+            return ReaderConfigError(f"{what} - {VISION_HINT}", url=self.url, attempts=1, cause=f"HTTP {code}")
+        if code in RETRY_STATUS or code >= 500:
+            return _Retryable(f"HTTP {code}: {detail}", _retry_after(err))
+        if code in CONFIG_STATUS:
+            why = {401: "check the API key (api_key_env)", 403: "check the API key (api_key_env)",
+                   404: f"check base_url and that the server serves model {self.model!r}"}[code]
+            return ReaderConfigError(f"{what} - {why}", url=self.url, attempts=1, cause=f"HTTP {code}")
+        return ReaderRequestError(what, status=code, url=self.url, attempts=1, cause=f"HTTP {code}")
+
+    def validate(self) -> None:
+        """Ask the server which models it serves (``GET {base_url}/models``) before the first episode.
+
+        ReaderConfigError when the server lists models and ours is not among
+        them, or refuses the key; ReaderUnavailableError when it cannot be
+        reached. A server without the endpoint passes (nothing to check).
+        ``model="default"`` means "whatever the server serves" and is not checked.
+        """
+        url = self.base_url + "/models"
+        headers = {"Accept": "application/json"}
+        key = os.environ.get(self.api_key_env) if self.api_key_env else None
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        try:
+            with self._opener.open(urllib.request.Request(url, headers=headers), timeout=min(self.timeout, 30.0)) as r:
+                body = json.loads(r.read())
+        except urllib.error.HTTPError as err:
+            if err.code in (401, 403):
+                raise ReaderConfigError(f"reader server {url} refused the API key (HTTP {err.code}); check "
+                                        f"api_key_env={self.api_key_env!r}", url=url, cause=f"HTTP {err.code}") from err
+            return
+        except (urllib.error.URLError, OSError) as err:
+            reason = getattr(err, "reason", err)
+            raise ReaderUnavailableError(f"reader server {url} unreachable: {reason}", url=url, attempts=1,
+                                         cause=f"connection error: {reason}") from err
+        except ValueError:
+            return
+        listed = body.get("data") if isinstance(body, dict) else None
+        models = [m.get("id") for m in listed or [] if isinstance(m, dict)]
+        if models and self.model != "default" and self.model not in models:
+            raise ReaderConfigError(f"reader server {self.base_url} does not serve model {self.model!r}; it serves "
+                                    f"{models}", url=url, cause="model not served")
 
     # --- batches ----------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""Page and element retrieval: BM25, dense MiniLM, ColPali/ColQwen, fused (hybrid).
+"""Page and element retrieval: BM25, dense MiniLM, page-text MiniLM, ColPali/ColQwen, fused (hybrid).
 
 Usage per episode::
 
@@ -7,8 +7,15 @@ Usage per episode::
     scores = retriever.score(graph, query)       # at reset: entry pages = top of scores.pages
     scores = retriever.score(graph, Query(question + " " + node_text))  # SearchEvidence
 
-``get_retriever`` names: ``bm25``, ``dense``, ``hybrid`` (default), ``colpali``.
-Only ``colpali`` needs torch/transformers/colpali-engine, imported when it is built.
+``get_retriever`` names: ``bm25`` (BM25 over page text and over element text),
+``dense`` (graph vectors: pages pooled from 80-character element snippets),
+``page_dense`` (MiniLM over chunks of each page's full text, best chunk; vectors
+cached on disk per document), ``colpali``, and the fusions ``hybrid_elements``
+(bm25 + dense, the original hybrid), ``hybrid_pages`` (bm25 + dense +
+page_dense, weights chosen on the dev sets' train splits) and ``hybrid``, which
+is whichever of the two :data:`DEFAULT_HYBRID` names (the environment's default
+retriever). Only ``colpali`` needs torch/transformers/colpali-engine, imported
+when it is built.
 """
 from __future__ import annotations
 
@@ -19,7 +26,22 @@ import numpy as np
 from mage_gym.retrieval.base import Query, Retriever, Scores
 from mage_gym.retrieval.fusion import rrf
 
-RETRIEVER_NAMES: tuple[str, ...] = ("bm25", "dense", "hybrid", "colpali")
+#: Single channels (usable alone or as hybrid components).
+CHANNEL_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "colpali")
+#: Named fusions: component list and RRF settings (overridable by keyword config).
+HYBRID_PRESETS: dict[str, dict[str, Any]] = {
+    "hybrid_elements": {"components": ["bm25", "dense"], "k": 60.0},
+    # page weights and k: chosen on the dev sets' train splits (experiments/embed_quality.py --select)
+    "hybrid_pages": {"components": ["bm25", "dense", "page_dense"], "k": 120.0,
+                     "weights": {"bm25": 1.0, "dense": 0.5, "page_dense": 2.0},
+                     # elements are ranked exactly as hybrid_elements ranks them (page weights are chosen on
+                     # page recall only); the page channel would give every element of a page its page's score
+                     "element_weights": {"bm25": 1.0, "dense": 1.0, "page_dense": 0.0}, "element_k": 60.0},
+}
+#: What ``hybrid`` (the env's default retriever) means. Switching the default is this one line.
+DEFAULT_HYBRID = "hybrid_elements"
+RETRIEVER_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "hybrid", "hybrid_elements", "hybrid_pages",
+                                    "colpali")
 DEFAULT_RETRIEVER = "hybrid"
 
 
@@ -53,39 +75,62 @@ def _build_one(name: str, cfg: Mapping[str, Any]) -> Retriever:
         from mage_gym.retrieval.dense import DenseRetriever
 
         return DenseRetriever(**cfg)
+    if name == "page_dense":
+        from mage_gym.retrieval.page_text import PageTextDenseRetriever
+
+        return PageTextDenseRetriever(**cfg)
     if name == "colpali":
         from mage_gym.retrieval.colpali import ColPaliRetriever
 
         return ColPaliRetriever(**cfg)
-    if name == "hybrid":
-        return _build_hybrid(cfg)
+    if name in HYBRID_PRESETS or name == "hybrid":
+        return _build_hybrid(name, cfg)
     raise ValueError(f"unknown retriever {name!r}; expected one of {RETRIEVER_NAMES}")
 
 
-def _build_hybrid(cfg: dict[str, Any]) -> Retriever:
-    """``components``: list of names or {name: cfg}; per-name cfg may also sit at top level (``bm25={...}``)."""
+def _build_hybrid(name: str, cfg: dict[str, Any]) -> Retriever:
+    """A preset's settings updated by ``cfg`` (None values keep the preset's).
+
+    ``components``: list of names or {name: cfg}; per-name cfg may also sit at
+    top level (``bm25={...}``). ``hybrid`` is the :data:`DEFAULT_HYBRID` preset
+    under the name ``hybrid``.
+    """
     from mage_gym.retrieval.hybrid import HybridRetriever
 
-    spec = cfg.pop("components", ("bm25", "dense"))
+    preset = DEFAULT_HYBRID if name == "hybrid" else name
+    merged: dict[str, Any] = {k: (dict(v) if isinstance(v, Mapping) else v) for k, v in HYBRID_PRESETS[preset].items()}
+    given = {k: v for k, v in cfg.items() if v is not None}
+    if "components" in given and "components" in merged:
+        # weights of components the caller dropped would be an error: keep only those still present
+        spec = given["components"]
+        keep = set(spec) if not isinstance(spec, str) else {spec}
+        for key in ("weights", "element_weights"):
+            if isinstance(merged.get(key), Mapping):
+                merged[key] = {n: w for n, w in merged[key].items() if n in keep}
+    merged.update(given)
+    spec = merged.pop("components")
+    if isinstance(spec, str):
+        spec = [spec]
     if isinstance(spec, Mapping):
         comp_cfgs = {str(n): dict(c or {}) for n, c in spec.items()}
     else:
         comp_cfgs = {str(n): {} for n in spec}
     for n in list(comp_cfgs):
-        if n == "hybrid" or n not in RETRIEVER_NAMES:
-            raise ValueError(f"hybrid component {n!r} is not one of {RETRIEVER_NAMES[:2] + RETRIEVER_NAMES[3:]}")
-        comp_cfgs[n].update(dict(cfg.pop(n, None) or {}))
-    for n in RETRIEVER_NAMES:  # config for a component that is not used is a mistake worth reporting
-        if n in cfg:
+        if n not in CHANNEL_NAMES:
+            raise ValueError(f"hybrid component {n!r} is not one of {CHANNEL_NAMES}")
+        comp_cfgs[n].update(dict(merged.pop(n, None) or {}))
+    for n in CHANNEL_NAMES:  # config for a component that is not used is a mistake worth reporting
+        if n in merged:
             raise ValueError(f"config given for {n!r}, which is not a hybrid component {sorted(comp_cfgs)}")
     components = {n: _build_one(n, c) for n, c in comp_cfgs.items()}
-    return HybridRetriever(components=components, **cfg)
+    merged.setdefault("name", name)
+    return HybridRetriever(components=components, **merged)
 
 
 def get_retriever(name: str = DEFAULT_RETRIEVER, **cfg: Any) -> Retriever:
     """Build a retriever by name with its keyword config (see each backend's class docstring).
 
-    Examples: ``get_retriever("bm25", k1=1.2)``,
+    Examples: ``get_retriever("bm25", k1=1.2)``, ``get_retriever("hybrid_pages")``,
     ``get_retriever("hybrid", weights={"bm25": 1, "dense": 2}, k=60)``,
     ``get_retriever("hybrid", components=["bm25", "dense", "colpali"], colpali={"model_path": "/models/colqwen"})``,
     ``get_retriever("colpali", model_path="/models/colqwen2.5")``.
@@ -96,7 +141,10 @@ def get_retriever(name: str = DEFAULT_RETRIEVER, **cfg: Any) -> Retriever:
 
 
 __all__ = [
+    "CHANNEL_NAMES",
+    "DEFAULT_HYBRID",
     "DEFAULT_RETRIEVER",
+    "HYBRID_PRESETS",
     "Query",
     "RETRIEVER_NAMES",
     "Retriever",

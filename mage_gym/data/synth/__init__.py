@@ -2,8 +2,11 @@
 
 ``generate_corpus(out_dir, n_docs, seed, cfg)`` writes realistic multi-page
 reports (numbered sections, running headers, paragraphs, lists, ruled tables,
-raster charts, figures, footnotes, cross-references) and questions whose gold
-answers and gold boxes come from what the generator drew. ``load_synth(root)``
+raster charts, figures, footnotes, cross-references, printed page labels,
+appendices and notes) and questions whose gold answers and gold boxes come
+from what the generator drew, including two-hop *bridge* questions (see
+:mod:`.bridge`). Corpora record the generator version and a seed role
+(:mod:`.provenance`). ``load_synth(root)``
 reads them back as :class:`~mage_gym.data.episode.Episode` records.
 
 Why it exists: real benchmarks are small and their gold is page-level or
@@ -18,7 +21,16 @@ from __future__ import annotations
 
 from mage_gym.data.io import episode_from_dict as episode_from_json
 from mage_gym.data.io import episode_to_dict as episode_to_json
-from mage_gym.data.synth.config import PRESETS, QUESTION_KINDS, SynthConfig, SynthConfigError, preset
+from mage_gym.data.synth.config import (
+    BRIDGE_TYPES,
+    PRESETS,
+    QUESTION_KINDS,
+    REFERENCE_PATTERNS,
+    SynthConfig,
+    SynthConfigError,
+    preset,
+    preset_role,
+)
 from mage_gym.data.synth.corpus import (
     CorpusInfo,
     DocResult,
@@ -28,9 +40,19 @@ from mage_gym.data.synth.corpus import (
     load_synth,
     read_manifest,
 )
+from mage_gym.data.synth.provenance import (
+    GENERATOR_VERSION,
+    SEED_RANGES,
+    SeedRoleError,
+    check_seed,
+    require_role,
+    role_of_seed,
+)
 
 __all__ = [
-    "PRESETS", "QUESTION_KINDS", "SynthConfig", "SynthConfigError", "preset", "CorpusInfo", "DocResult",
+    "PRESETS", "QUESTION_KINDS", "BRIDGE_TYPES", "REFERENCE_PATTERNS", "SynthConfig", "SynthConfigError", "preset",
+    "preset_role", "GENERATOR_VERSION", "SEED_RANGES", "SeedRoleError", "check_seed", "require_role", "role_of_seed",
+    "CorpusInfo", "DocResult",
     "generate_corpus", "generate_document", "load_synth", "read_manifest", "default_synth_root",
     "episode_to_json", "episode_from_json",
 ]

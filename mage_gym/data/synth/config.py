@@ -22,6 +22,12 @@ QUESTION_KINDS: tuple[str, ...] = (
     "unanswerable",  # plausible but absent: an unknown entity, a year before the data, an unnamed programme
 )
 
+#: How a bridge question's second hop is reached from its first (``extra["bridge"]["type"]``):
+#: an explicit cross-reference, the section tree, or a named entity mentioned on both pages.
+BRIDGE_TYPES: tuple[str, ...] = ("reference", "section", "semantic")
+#: Mention patterns of ``reference`` bridges (``extra["bridge"]["pattern"]``).
+REFERENCE_PATTERNS: tuple[str, ...] = ("table", "exhibit", "figure", "section", "appendix", "note", "page")
+
 #: Content block kinds the planner mixes into sections (relative weights).
 BLOCK_KINDS: tuple[str, ...] = ("paragraph", "table", "chart", "figure", "list")
 
@@ -42,6 +48,10 @@ def _default_kind_weights() -> dict[str, float]:
     }
 
 
+def _default_bridge_weights() -> dict[str, float]:
+    return {"reference": 2.0, "section": 1.0, "semantic": 1.0}
+
+
 def _default_block_weights() -> dict[str, float]:
     return {"paragraph": 5.0, "table": 1.1, "chart": 0.7, "figure": 0.35, "list": 0.7}
 
@@ -55,6 +65,13 @@ class SynthConfig:
     ``distractor_density`` is the expected number of extra near-duplicate
     mentions (same metric with another year, entity or qualifier) scheduled on
     later pages for every stated fact: 0 leaves only incidental overlaps.
+
+    ``bridge_questions_per_doc`` two-hop *bridge* questions are added on top of
+    the ``questions_per_doc`` classic ones (fewer when the document offers
+    fewer valid ones); ``bridge_weights`` sets the mix of bridge types
+    (:data:`BRIDGE_TYPES`). 0 bridge questions also leaves out the bridge
+    material (front matter, end matter, anchors), i.e. version-1 style
+    documents with version-2 page furniture.
     """
 
     min_pages: int = 20
@@ -64,6 +81,8 @@ class SynthConfig:
     distractor_density: float = 1.0
     kind_weights: dict[str, float] = field(default_factory=_default_kind_weights)
     block_weights: dict[str, float] = field(default_factory=_default_block_weights)
+    bridge_questions_per_doc: int = 5
+    bridge_weights: dict[str, float] = field(default_factory=_default_bridge_weights)
     footnote_rate: float = 0.12  # share of fact paragraphs carrying a footnote
     chart_dpi: int = 100  # chart raster resolution (values must stay legible)
     page_width: float = 612.0  # US Letter, PDF points
@@ -76,6 +95,8 @@ class SynthConfig:
             raise SynthConfigError(f"max_pages {self.max_pages} is beyond what the generator is meant for (2000)")
         if self.questions_per_doc < 0:
             raise SynthConfigError("questions_per_doc must be >= 0")
+        if self.bridge_questions_per_doc < 0:
+            raise SynthConfigError("bridge_questions_per_doc must be >= 0")
         if not 0.0 <= self.evidence_spread <= 0.9:
             raise SynthConfigError(f"evidence_spread must be in [0, 0.9], got {self.evidence_spread}")
         if not 0.0 <= self.distractor_density <= 5.0:
@@ -85,7 +106,8 @@ class SynthConfig:
         if not 50 <= self.chart_dpi <= 300:
             raise SynthConfigError("chart_dpi must be in [50, 300]")
         for name, weights, known in (("kind_weights", self.kind_weights, QUESTION_KINDS),
-                                     ("block_weights", self.block_weights, BLOCK_KINDS)):
+                                     ("block_weights", self.block_weights, BLOCK_KINDS),
+                                     ("bridge_weights", self.bridge_weights, BRIDGE_TYPES)):
             unknown = set(weights) - set(known)
             if unknown:
                 raise SynthConfigError(f"{name}: unknown keys {sorted(unknown)}; expected some of {known}")
@@ -105,7 +127,7 @@ class SynthConfig:
         unknown = set(d) - known
         if unknown:
             raise SynthConfigError(f"unknown SynthConfig keys {sorted(unknown)}")
-        for k in ("kind_weights", "block_weights"):
+        for k in ("kind_weights", "block_weights", "bridge_weights"):
             if k in d and d[k] is not None:
                 base = getattr(cls(), k)
                 base.update({str(a): float(b) for a, b in dict(d[k]).items()})
@@ -117,14 +139,22 @@ class SynthConfig:
 
 
 #: Named presets: ``tiny`` for tests and the README job, ``train`` for the
-#: default training corpus, ``long`` for stress (up to 300 pages).
+#: default training corpus (a third of its questions are bridge questions),
+#: ``test`` for held-out synthetic test corpora (same documents as ``train``,
+#: role ``test``: seeds from the test range only, see :mod:`.provenance`),
+#: ``long`` for stress (up to 300 pages). ``role`` (optional) is the corpus
+#: role the preset is for; presets without one take the role their seed says.
 PRESETS: dict[str, dict[str, Any]] = {
-    "tiny": {"n_docs": 4, "synth": {"min_pages": 20, "max_pages": 20, "questions_per_doc": 8}},
-    "train": {"n_docs": 200, "synth": {"min_pages": 20, "max_pages": 60, "questions_per_doc": 10}},
+    "tiny": {"n_docs": 4, "synth": {"min_pages": 20, "max_pages": 20, "questions_per_doc": 8,
+                                    "bridge_questions_per_doc": 2}},
+    "train": {"n_docs": 200, "role": "train", "synth": {"min_pages": 20, "max_pages": 60, "questions_per_doc": 10,
+                                                         "bridge_questions_per_doc": 5}},
+    "test": {"n_docs": 50, "role": "test", "synth": {"min_pages": 20, "max_pages": 60, "questions_per_doc": 10,
+                                                      "bridge_questions_per_doc": 5}},
     "eval": {"n_docs": 50, "synth": {"min_pages": 30, "max_pages": 120, "questions_per_doc": 12,
-                                     "distractor_density": 1.5}},
+                                     "bridge_questions_per_doc": 6, "distractor_density": 1.5}},
     "long": {"n_docs": 10, "synth": {"min_pages": 150, "max_pages": 300, "questions_per_doc": 20,
-                                     "evidence_spread": 0.5}},
+                                     "bridge_questions_per_doc": 10, "evidence_spread": 0.5}},
 }
 
 
@@ -134,3 +164,10 @@ def preset(name: str) -> tuple[int, SynthConfig]:
         raise SynthConfigError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
     p = PRESETS[name]
     return int(p["n_docs"]), SynthConfig.from_dict(p["synth"])
+
+
+def preset_role(name: str) -> str | None:
+    """The corpus role a preset is made for (``None``: the seed's range decides)."""
+    if name not in PRESETS:
+        raise SynthConfigError(f"unknown preset {name!r}; expected one of {sorted(PRESETS)}")
+    return PRESETS[name].get("role")

@@ -2,10 +2,12 @@
 
 Layout of a corpus folder (everything relative, so a folder can be moved)::
 
-    corpus.json      seed, config, one record per document (no timings: deterministic)
+    corpus.json      generator version, seed, role, config, one record per document
+                     (no timings: deterministic)
     episodes.jsonl   one Episode per line; ``source`` is relative to the folder
     pdfs/<doc_id>.pdf
-    layout/<doc_id>.json   every drawn element (type, page, normalised box, text)
+    layout/<doc_id>.json   every drawn element (type, page, normalised box, text), printed page
+                     labels, every cross-reference (mention -> target element and page)
 
 Why per-document seeds (``SeedSequence([seed, doc_index])``): documents are
 made in a process pool, in any order, and must come out identical to a serial
@@ -28,8 +30,9 @@ import numpy as np
 from mage_gym.data.episode import Episode
 from mage_gym.data.io import DatasetNotFoundError, episode_to_dict, load_episodes
 from mage_gym.data.synth.config import SynthConfig
+from mage_gym.data.synth.provenance import GENERATOR_VERSION, check_seed
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # corpus.json / layout file layout (2: generator_version, role, page labels, references)
 _RASTERS: dict[int, Any] = {}  # one RasterFactory per process and dpi
 
 
@@ -61,10 +64,16 @@ class CorpusInfo:
     seconds: float = 0.0  # wall clock
     cpu_seconds: float = 0.0  # this process + finished workers: comparable across machine loads
     docs: list[DocResult] = field(default_factory=list)
+    role: str = "train"
+    bridge_types: dict[str, int] = field(default_factory=dict)
+    generator_version: str = GENERATOR_VERSION
 
     def summary(self) -> dict[str, Any]:
+        n_bridge = self.kind_counts.get("bridge", 0)
         return {
-            "root": str(self.root), "seed": self.seed, "n_docs": self.n_docs, "n_pages": self.n_pages,
+            "root": str(self.root), "generator_version": self.generator_version, "seed": self.seed, "role": self.role,
+            "n_docs": self.n_docs, "n_pages": self.n_pages,
+            "bridge_share": round(n_bridge / max(1, self.n_questions), 4), "bridge_types": self.bridge_types,
             "n_questions": self.n_questions, "n_bytes": self.n_bytes, "mean_doc_kib": round(
                 self.n_bytes / max(1, self.n_docs) / 1024, 1), "kind_counts": self.kind_counts,
             "element_counts": self.element_counts, "seconds": round(self.seconds, 2),
@@ -86,6 +95,8 @@ def _rasters(dpi: int) -> Any:
 
 def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cfg: SynthConfig) -> DocResult:
     """Make one PDF, its layout record and its questions (files written under ``out_dir``)."""
+    from mage_gym.data.synth.bridge import BridgePlanner
+    from mage_gym.data.synth.bridge_questions import BridgeQuestionMaker
     from mage_gym.data.synth.layout import PageWriter
     from mage_gym.data.synth.planner import Planner
     from mage_gym.data.synth.questions import DocContext, QuestionMaker
@@ -97,16 +108,27 @@ def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cf
     target = int(rng.integers(cfg.min_pages, cfg.max_pages + 1))
     world = build_world(rng, n_entities=int(np.clip(8 + target // 15, 9, 30)),
                         n_years=int(np.clip(5 + target // 40, 6, 12)))
-    planner = Planner(world, cfg, rng)
-    writer = PageWriter(cfg, _rasters(cfg.chart_dpi))
+    # bridge material draws from its own stream: the classic content is the same with or without it
+    bridge = BridgePlanner(world, cfg, np.random.default_rng(np.random.SeedSequence([seed, index, 2])), target)
+    planner = Planner(world, cfg, rng, bridge)
+    bridge.attach(planner)
+    writer = PageWriter(cfg, _rasters(cfg.chart_dpi), bridge.labels)
     for group in planner.groups():
-        if writer.page_count >= target and not writer.fits(group):
+        if writer.page_count >= bridge.body_pages and not writer.fits(group):
             break
         writer.place(group)
+    if bridge.end_pages and writer.page_count != bridge.body_pages:  # pragma: no cover - layout invariant
+        raise RuntimeError(f"{doc_id}: body ended on {writer.page_count} pages, expected {bridge.body_pages}")
+    for group in bridge.end_matter():
+        writer.place(group)
+    for story in bridge.stories:
+        if story.mention:
+            story.mention = writer.resolve_page_marks(story.mention)
     elements = tuple(writer.elements)
     n_pages = writer.page_count
     page_chapters = list(writer.page_chapter)
     pdf = writer.finish(world.title, world.org, world.report_year)
+    labels = [bridge.labels.label(i) for i in range(n_pages)]
 
     rel_pdf = f"pdfs/{doc_id}.pdf"
     rel_layout = f"layout/{doc_id}.json"
@@ -116,7 +138,11 @@ def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cf
     W, H = cfg.page_width, cfg.page_height
     layout = {
         "doc_id": doc_id, "n_pages": n_pages, "page_size": [W, H], "title": world.title,
+        "generator_version": GENERATOR_VERSION,
         "page_chapter": page_chapters,  # level-1 section in force at the top of each page
+        "page_labels": labels,  # printed page numbers (what "see page 12" means), by PDF page index
+        "page_label_style": bridge.labels.to_dict(),
+        "references": _references(planner.record.references, writer, labels),
         "elements": [{"id": e.elem_id, "type": e.type, "page": e.page,
                       "bbox": [round(e.bbox[0] / W, 5), round(e.bbox[1] / H, 5), round(e.bbox[2] / W, 5),
                                round(e.bbox[3] / H, 5)],
@@ -127,15 +153,40 @@ def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cf
     _atomic_write(root / rel_layout, json.dumps(layout, ensure_ascii=False, separators=(",", ":")).encode())
 
     full_text = "\n".join([world.title, *page_chapters, *(e.text for e in elements)])
-    ctx = DocContext(doc_id, rel_pdf, world, planner.record, elements, n_pages, (W, H), full_text)
+    ctx = DocContext(doc_id, rel_pdf, world, planner.record, elements, n_pages, (W, H), full_text,
+                     tuple(tuple(f) for f in writer.page_furniture), tuple(bridge.pool + bridge.end_slots))
     q_rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1]))
-    episodes = QuestionMaker(ctx, cfg, q_rng).make(cfg.questions_per_doc)
+    qm = QuestionMaker(ctx, cfg, q_rng)
+    episodes = qm.make(cfg.questions_per_doc)
+    b_rng = np.random.default_rng(np.random.SeedSequence([seed, index, 3]))
+    episodes += BridgeQuestionMaker(ctx, cfg, b_rng, qm.main, qm._region).make(cfg.bridge_questions_per_doc)
     records = []
     for j, ep in enumerate(episodes):
         ep = replace(ep, episode_id=f"{doc_id}-q{j:02d}")
         records.append(episode_to_dict(ep))
     return DocResult(doc_id, rel_pdf, rel_layout, n_pages, world.title, world.domain.key, len(pdf),
                      hashlib.sha256(pdf).hexdigest(), tuple(records), dict(Counter(e.type for e in elements)))
+
+
+def _references(refs: list[Any], writer: Any, labels: list[str]) -> list[dict[str, Any]]:
+    """Every drawn cross-reference with its target element and page (``None`` where the target is not drawn).
+
+    ``target`` is the element that carries the cited label (the table, the
+    chart, the heading of a section or appendix, the note); for a page
+    mention it is the element whose page is meant (or None when only the page is).
+    """
+    out = []
+    for r in refs:
+        if r.source not in writer.block_page:
+            continue
+        mention = writer.resolve_page_marks(r.mention)
+        page = r.target_page if r.target_page is not None else writer.block_page.get(r.target)
+        drawn = r.target is not None and r.target in writer.block_page
+        out.append({"source": f"b{r.source}", "mention": mention, "kind": r.kind,
+                    "target": f"b{r.target}" if drawn else None,
+                    "target_page": page if page is not None and page < len(labels) else None,
+                    "target_label": labels[page] if page is not None and page < len(labels) else None})
+    return out
 
 
 def _generate_star(args: tuple[str, int, int, SynthConfig]) -> DocResult:
@@ -171,16 +222,20 @@ def _atomic_write(path: Path, data: bytes) -> None:
 
 
 def generate_corpus(out_dir: str | os.PathLike[str], n_docs: int, seed: int = 0, cfg: SynthConfig | None = None,
-                    workers: int = 2, progress: bool = True) -> CorpusInfo:
+                    workers: int = 2, progress: bool = True, role: str | None = None) -> CorpusInfo:
     """Generate ``n_docs`` documents with questions into ``out_dir`` (created if needed).
 
     ``workers > 1`` uses a process pool (fork, or spawn once torch is loaded);
     results are identical to a serial run. Existing files of the same names are overwritten.
+    ``role`` (``train`` | ``test``) refuses a seed outside that role's range
+    (:mod:`mage_gym.data.synth.provenance`); ``None`` takes the role of the
+    seed's range. The generator version, seed and role go into ``corpus.json``.
     """
     from tqdm import tqdm
 
     if n_docs < 1:
         raise ValueError(f"n_docs must be >= 1, got {n_docs}")
+    role = check_seed(seed, role)
     cfg = cfg or SynthConfig()
     root = Path(out_dir)
     root.mkdir(parents=True, exist_ok=True)
@@ -205,23 +260,28 @@ def generate_corpus(out_dir: str | os.PathLike[str], n_docs: int, seed: int = 0,
     lines = [json.dumps(rec, ensure_ascii=False) for r in results for rec in r.episodes]
     _atomic_write(root / "episodes.jsonl", ("\n".join(lines) + "\n").encode("utf-8"))
     kinds = Counter(rec["extra"]["question_kind"] for r in results for rec in r.episodes)
+    bridge_types = Counter(rec["extra"]["bridge"]["type"] for r in results for rec in r.episodes
+                           if rec["extra"]["question_kind"] == "bridge")
     elems: Counter[str] = Counter()
     for r in results:
         elems.update(r.element_counts)
     manifest = {
-        "generator": "mage_gym.data.synth", "format_version": FORMAT_VERSION, "seed": seed, "n_docs": n_docs,
+        "generator": "mage_gym.data.synth", "generator_version": GENERATOR_VERSION, "format_version": FORMAT_VERSION,
+        "seed": seed, "role": role, "n_docs": n_docs,
         "config": cfg.to_dict(),
         "docs": [{"doc_id": r.doc_id, "file": r.file, "layout": r.layout_file, "n_pages": r.n_pages,
                   "title": r.title, "domain": r.domain, "bytes": r.n_bytes, "sha256": r.sha256,
                   "n_questions": len(r.episodes)} for r in results],
         "totals": {"pages": sum(r.n_pages for r in results), "questions": len(lines),
-                   "question_kinds": dict(sorted(kinds.items())), "elements": dict(sorted(elems.items()))},
+                   "question_kinds": dict(sorted(kinds.items())), "bridge_types": dict(sorted(bridge_types.items())),
+                   "elements": dict(sorted(elems.items()))},
     }
     _atomic_write(root / "corpus.json", json.dumps(manifest, indent=1, ensure_ascii=False).encode("utf-8"))
     return CorpusInfo(root=root, seed=seed, n_docs=n_docs, config=cfg, n_pages=manifest["totals"]["pages"],
                       n_questions=len(lines), n_bytes=sum(r.n_bytes for r in results),
                       kind_counts=dict(sorted(kinds.items())), element_counts=dict(sorted(elems.items())),
-                      seconds=time.perf_counter() - t0, cpu_seconds=_cpu_seconds() - cpu0, docs=results)
+                      seconds=time.perf_counter() - t0, cpu_seconds=_cpu_seconds() - cpu0, docs=results, role=role,
+                      bridge_types=dict(sorted(bridge_types.items())))
 
 
 def default_synth_root() -> Path:

@@ -13,6 +13,7 @@ from their image/table, and running headers/footers stay in the margins.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Callable
 
@@ -27,6 +28,7 @@ from mage_gym.data.synth.blocks import (
     Paragraph,
     TableBlock,
 )
+from mage_gym.data.synth.bridge import PageLabels
 from mage_gym.data.synth.charts import CHART_SIZE_IN, RasterFactory
 from mage_gym.data.synth.config import SynthConfig
 from mage_gym.graph.schema import BBox
@@ -52,6 +54,8 @@ MAX_TABLE_HEADER_W = 118.0
 #: Space above a picture: parsers grow picture regions over short text (axis labels) within ~2.5 body
 #: sizes, so a short list item or heading drawn closer would be swallowed into the picture.
 IMAGE_GAP_BEFORE = 28.0
+#: A printed-page-label placeholder (see ``bridge.PAGE_MARK``): ``i<index>`` or ``b<block id>``.
+_PAGE_MARK_RE = re.compile("\x00pg:([ib])(-?\\d+)\x00")
 
 
 @dataclass(frozen=True)
@@ -78,12 +82,15 @@ class _Prepared:
 class PageWriter:
     """Flows block groups down pages; keeps each group on one page when it fits."""
 
-    def __init__(self, cfg: SynthConfig, rasters: RasterFactory) -> None:
+    def __init__(self, cfg: SynthConfig, rasters: RasterFactory, labels: PageLabels | None = None) -> None:
         import pymupdf
 
         self._pm = pymupdf
         self.cfg = cfg
         self.rasters = rasters
+        self.labels = labels or PageLabels()
+        self.block_page: dict[int, int] = {}  # page where each block was first drawn
+        self.page_furniture: list[list[str]] = []  # running header / footer texts of each page (after finish)
         self.W, self.H = cfg.page_width, cfg.page_height
         self.content_w = self.W - 2 * MARGIN_X
         self.bottom = self.H - BOTTOM_GAP
@@ -192,6 +199,7 @@ class PageWriter:
 
     def _record(self, elem_id: str, block: Block, etype: str, bbox: BBox, text: str) -> None:
         self.elements.append(DrawnElement(elem_id, block.block_id, etype, self.page_index, bbox, text))
+        self.block_page.setdefault(block.block_id, self.page_index)
         if not self.page_chapter[-1]:
             self.page_chapter[-1] = self._chapter
 
@@ -230,7 +238,7 @@ class PageWriter:
         size, lead, font = BODY_SIZE, BODY_LEAD, "helv"
         has_fn = b.footnote is not None and FOOTNOTE_MARK in b.text and len(self._footnotes) < len(SUPERSCRIPTS)
         marker = SUPERSCRIPTS[len(self._footnotes)] if has_fn else ""
-        text = b.text.replace(FOOTNOTE_MARK, marker)
+        text = self.resolve_page_marks(b.text.replace(FOOTNOTE_MARK, marker))
         lines = self.wrap(text, font, size, self.content_w)
         fn_text = f"{marker} {b.footnote}" if has_fn else None
         center = (MARGIN_X, self.W - MARGIN_X) if b.role == "subtitle" else None
@@ -240,6 +248,17 @@ class PageWriter:
             self._record(f"b{b.block_id}", b, "paragraph", bbox, text)
 
         return _Prepared(self._lines_height(len(lines), size, lead), 0.0, GAP_AFTER["paragraph"], draw, fn_text)
+
+    def resolve_page_marks(self, text: str) -> str:
+        """Printed page labels in place of page placeholders (a cited block must already be drawn)."""
+        if "\x00pg:" not in text:
+            return text
+
+        def label(m: re.Match[str]) -> str:
+            index = int(m.group(2)) if m.group(1) == "i" else self.block_page[int(m.group(2))]
+            return self.labels.label(index)
+
+        return _PAGE_MARK_RE.sub(label, text)
 
     def _prep_list(self, b: ListBlock) -> _Prepared:
         size, lead, font = BODY_SIZE, LIST_LEAD, "helv"
@@ -440,10 +459,13 @@ class PageWriter:
         self._close_page()
         n = len(self.doc)
         grey = (0.35, 0.35, 0.35)
+        front = max(1, self.labels.n_front)  # no running header on the cover (and a blank page after it)
+        self.page_furniture = []
         for i in range(n):
             page = self.doc[i]
             tw = self._pm.TextWriter(page.rect, color=grey)
-            if i > 0:
+            furniture = []
+            if i >= front:
                 # Title only: a chapter name on the same baseline makes the header line vary from
                 # page to page, and rule-based parsers then stop recognising it as a running header.
                 tw.append((MARGIN_X, 44.0), title, font=self.fonts["helv"], fontsize=7.5)
@@ -451,10 +473,16 @@ class PageWriter:
                 shape.draw_line((MARGIN_X, 50.0), (self.W - MARGIN_X, 50.0))
                 shape.finish(width=0.4, color=grey)
                 shape.commit()
-            foot = f"Page {i + 1} of {n}"
+                furniture.append(title)
+            foot = self.labels.footer_text(i, n)
             fw = self._w(foot, "helv", 8.0)
             tw.append(((self.W - fw) / 2, self.H - 36.0), foot, font=self.fonts["helv"], fontsize=8.0)
+            furniture.append(foot)
+            self.page_furniture.append(furniture)
             tw.write_text(page)
+        rules = self.labels.pdf_rules()
+        if rules:
+            self.doc.set_page_labels(rules)
         stamp = f"D:{year + 1}0301000000Z"
         self.doc.set_metadata({"title": title, "author": author, "creator": "mage-gym synth",
                                "producer": "mage-gym synth", "creationDate": stamp, "modDate": stamp})

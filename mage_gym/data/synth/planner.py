@@ -8,11 +8,23 @@ hard: every fact key is stated at most once; named initiatives, list topics
 and section titles are unique; and each stated fact schedules near-duplicates
 (same metric with another year, entity, or a target/per-employee variant) a
 few pages later, at the rate ``distractor_density``.
+
+Bridge material (front matter, anchors and targets of two-hop questions, end
+matter) comes from :class:`~mage_gym.data.synth.bridge.BridgePlanner`, which
+draws from its own random stream and numbers its blocks from
+:data:`BRIDGE_ID_BASE`: the classic content (every fact, list and initiative,
+and the block ids that schedule near-duplicates) is the same with or without
+it; only where it lands on the pages, and the printed numbers of tables and
+figures (one sequence for both), differ.
+
+Every cross-reference the text makes ("Table 3", "Section 2.1", "Note 4",
+"page 12") is recorded in :attr:`PlanRecord.references` with its target, so
+the layout file can list exact mention -> target pairs.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 import numpy as np
 
@@ -42,6 +54,12 @@ from mage_gym.data.synth.vocab import (
     Theme,
 )
 from mage_gym.data.synth.world import FactKey, World, format_number
+
+if TYPE_CHECKING:  # pragma: no cover
+    from mage_gym.data.synth.bridge import BridgePlanner
+
+#: Block ids of bridge material start here (classic blocks count from 0).
+BRIDGE_ID_BASE = 100_000
 
 _DIAGRAM_STEPS = ("Collect", "Validate", "Review", "Approve", "Report", "Archive", "Escalate", "Plan",
                   "Schedule", "Inspect", "Record", "Close")
@@ -74,6 +92,23 @@ class ListInfo:
 
 
 @dataclass
+class Reference:
+    """One explicit cross-reference in the text: ``mention`` in block ``source`` points at ``target``.
+
+    ``kind`` is table | exhibit | figure | section | appendix | note | page.
+    ``target`` is the block that carries the label (table, chart, heading,
+    note paragraph); for ``page`` it is the block whose page is meant, or None
+    with ``target_page`` set when the page was promised by index (end matter).
+    """
+
+    source: int
+    mention: str
+    kind: str
+    target: int | None
+    target_page: int | None = None
+
+
+@dataclass
 class PlanRecord:
     """What the question generator needs to know about the plan."""
 
@@ -81,19 +116,26 @@ class PlanRecord:
     sections: list[SectionInfo] = field(default_factory=list)
     lists: list[ListInfo] = field(default_factory=list)
     fact_block: dict[FactKey, int] = field(default_factory=dict)  # where each stated fact lives
+    references: list[Reference] = field(default_factory=list)
+    bridges: list[Any] = field(default_factory=list)  # BridgeStory records (see bridge.py)
 
 
 class Planner:
     """Streams block groups for one document; see module docstring."""
 
-    def __init__(self, world: World, cfg: SynthConfig, rng: np.random.Generator) -> None:
+    def __init__(self, world: World, cfg: SynthConfig, rng: np.random.Generator,
+                 bridge: "BridgePlanner | None" = None) -> None:
         self.w = world
         self.cfg = cfg
         self.rng = rng
         self.record = PlanRecord()
+        self.bridge = bridge
         self._next_id = 0
-        self._n_tables = 0
-        self._n_figures = 0
+        self._next_bridge_id = BRIDGE_ID_BASE
+        self._n_tables = 0  # classic tables only: it steers random draws, so bridge tables must not count
+        self._table_numbers: list[tuple[int, int]] = []  # (printed number, block id) of classic tables
+        self._printed_tables = 0  # printed numbering, shared by classic and bridge tables
+        self._printed_figures = 0
         self._titles: set[str] = set()
         self._initiatives: set[str] = set()
         self._list_keys: set[tuple[str, str, int]] = set()
@@ -116,6 +158,25 @@ class Planner:
         self._next_id += 1
         self.record.blocks[b.block_id] = b
         return b
+
+    def new_bridge_block(self, cls, **kw) -> Block:  # noqa: ANN001
+        """A block of bridge material: own id range, so classic block ids (and their schedules) stay put."""
+        b = cls(block_id=self._next_bridge_id, section=self._section, **kw)
+        self._next_bridge_id += 1
+        self.record.blocks[b.block_id] = b
+        return b
+
+    def next_table_number(self) -> int:
+        self._printed_tables += 1
+        return self._printed_tables
+
+    def next_figure_number(self) -> int:
+        self._printed_figures += 1
+        return self._printed_figures
+
+    def add_reference(self, source: int, mention: str, kind: str, target: int | None,
+                      target_page: int | None = None) -> None:
+        self.record.references.append(Reference(source, mention, kind, target, target_page))
 
     def _mark_used(self, keys: tuple[FactKey, ...], block_id: int) -> None:
         for k in keys:
@@ -210,17 +271,23 @@ class Planner:
             footnote = FOOTNOTES[self._last_footnote].format(kind=self.w.domain.entity_kind)
         for s in fact_sents:
             sentences.insert(int(self.rng.integers(len(sentences) + 1)), s)
+        refs: list[tuple[str, str, int]] = []  # (mention, kind, target block)
         if self._done_sections and self.rng.random() < 0.25:
             ref = self._pick(self._done_sections)
             sentences.append(f"As discussed in Section {ref.number}, {theme.topic.lower()} remains a priority "
                              f"for {self.w.org}.")
+            refs.append((f"Section {ref.number}", "section", ref.heading_block))
         elif self._n_tables and self.rng.random() < 0.15:
             t = int(self.rng.integers(1, self._n_tables + 1))
-            sentences.append(f"Comparable figures for earlier periods are given in Table {t}.")
+            number, block = self._table_numbers[t - 1]
+            sentences.append(f"Comparable figures for earlier periods are given in Table {number}.")
+            refs.append((f"Table {number}", "table", block))
         if lead:
             sentences.insert(0, lead)
         p = self._new(Paragraph, text=" ".join(sentences), facts=tuple(facts), footnote=footnote, role=role)
         self._mark_used(tuple(facts), p.block_id)
+        for mention, kind, target in refs:
+            self.add_reference(p.block_id, mention, kind, target)
         return p  # type: ignore[return-value]
 
     def _table(self, theme: Theme) -> list[Block] | None:
@@ -265,7 +332,8 @@ class Planner:
                 caption = f"{theme.title} indicators by {kind}, {y}"
                 desc = f"key {theme.topic.lower()} indicators by {kind} for {y}"
             self._n_tables += 1
-            n = self._n_tables
+            n = self.next_table_number()
+            self._table_numbers.append((n, -1))  # the lead paragraph may cite this very table: block id below
             # A paragraph opening with "Table 3 ..." reads as a caption to rule-based parsers: lead in with words.
             lead = self._pick((f"The figures in Table {n} summarise {desc}.",
                                f"As set out in Table {n}, {desc} varied across "
@@ -275,6 +343,11 @@ class Planner:
             t = self._new(TableBlock, number=n, caption=f"Table {n}: {caption}", header=header,
                           rows=tuple(rows), facts=tuple(facts))
             self._mark_used(tuple(facts), t.block_id)
+            self._table_numbers[-1] = (n, t.block_id)
+            for r in self.record.references:
+                if r.target == -1:
+                    r.target = t.block_id
+            self.add_reference(ref.block_id, f"Table {n}", "table", t.block_id)
             return [ref, t]
         return None
 
@@ -332,8 +405,7 @@ class Planner:
                                  int(self.rng.integers(1 << 16)))
                 caption = f"Share of {m.name} by {kind}, {y}"
                 desc = f"the share of each {kind} in total {m.name} for {y}"
-            self._n_figures += 1
-            n = self._n_figures
+            n = self.next_figure_number()
             group: list[Block] = []
             if self.rng.random() < 0.5:  # a lead-in that cites the figure (never opening with "Figure N")
                 lead = f"{_cap(desc)} is shown in Figure {n}."
@@ -341,12 +413,13 @@ class Planner:
                                                   n_facts=int(self.rng.integers(0, 2))))
             c = self._new(ChartBlock, number=n, caption=f"Figure {n}: {caption}", spec=spec, facts=keys)
             self._mark_used(keys, c.block_id)
+            if group:
+                self.add_reference(group[0].block_id, f"Figure {n}", "figure", c.block_id)
             return group + [c]
         return None
 
     def _figure(self) -> list[Block]:
-        self._n_figures += 1
-        n = self._n_figures
+        n = self.next_figure_number()
         if self.rng.random() < 0.5:
             fac = self._pick(self.w.domain.facilities)
             caption = f"Figure {n}: The {fac} {self.w.at(self._pick(self.w.entities))}"
@@ -438,6 +511,12 @@ class Planner:
         self.record.sections.append(info)
         return h  # type: ignore[return-value]
 
+    def bridge_heading(self, level: int, number: str, title: str) -> Heading:
+        """A heading of bridge material (a section of the tree, outside the classic section bookkeeping)."""
+        self._section = number
+        h = self.new_bridge_block(Heading, level=level, number=number, title=title)
+        return h  # type: ignore[return-value]
+
     def _initiative(self) -> str | None:
         for _ in range(20):
             name = (f"{self._pick(INITIATIVE_ADJ)} {self._pick(INITIATIVE_NOUN)} "
@@ -460,15 +539,19 @@ class Planner:
             f"with earlier reports."))
         yield [title, sub, scope]
         yield [self._new(PageBreak)]
+        b = self.bridge
+        if b is not None:
+            yield from b.front_matter()
         ch = 0
         while True:
             ch += 1
             ch_title, theme = self._chapter_title(ch)
             h = self._heading(1, str(ch), ch_title)
+            ch_section = self.record.sections[-1]
             intro = self._fact_paragraph(theme, role="intro", n_facts=int(self.rng.integers(0, 2)))
             yield [h, intro]
-            ch_section = self.record.sections[-1]
-            for sub_i in range(1, int(self.rng.integers(2, 5)) + 1):
+            n_sub = int(self.rng.integers(2, 5))
+            for sub_i in range(1, n_sub + 1):
                 number = f"{ch}.{sub_i}"
                 h2 = self._heading(2, number, self._unique_title(SUBSECTION_TEMPLATES, theme))
                 info = self.record.sections[-1]
@@ -483,11 +566,21 @@ class Planner:
                 if lead:
                     info.initiative_block = first.block_id
                 yield [h2, first]
+                if b is not None:
+                    yield from b.after_subsection_intro(info)
                 n_blocks = int(self.rng.integers(2, 6))
+                has_h3 = False
                 for j in range(n_blocks):
                     if j == n_blocks // 2 and self.rng.random() < 0.2:
                         h3 = self._heading(3, f"{number}.1", self._unique_title(SUBSUBSECTION_TEMPLATES, theme))
+                        has_h3 = True
                         yield [h3, self._fact_paragraph(theme)]
+                    if b is not None:
+                        yield from b.before_content(theme)
                     yield self._content_group(theme)
+                if b is not None:
+                    yield from b.subsection_end(info, f"{number}.{2 if has_h3 else 1}")
                 self._done_sections.append(info)
+            if b is not None:
+                yield from b.chapter_end(f"{ch}.{n_sub + 1}")
             self._done_sections.append(ch_section)

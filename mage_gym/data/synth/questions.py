@@ -45,6 +45,8 @@ class DocContext:
     n_pages: int
     page_size: tuple[float, float]
     full_text: str
+    page_furniture: tuple[tuple[str, ...], ...] = ()  # running header/footer texts of each page
+    bridge_targets: tuple[Any, ...] = ()  # every bridge Target drawn or planned (bound or not)
 
 
 def _cap(s: str) -> str:

@@ -13,10 +13,10 @@ import logging
 import os
 import warnings
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Sequence
 
 from mage_gym.graph.errors import PageLimitWarning
-from mage_gym.graph.schema import DocumentSource, ParsedDocument, ParsedPage, failure_warning
+from mage_gym.graph.schema import DocumentSource, PageFailure, ParsedDocument, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
     import pymupdf
@@ -92,7 +92,14 @@ def failed_page(doc: "pymupdf.Document", pno: int, exc: Exception) -> ParsedPage
         w, h = r.width, r.height
     except Exception:  # noqa: BLE001
         w = h = 0.0
-    return ParsedPage(index=pno, width=w, height=h, warnings=[failure_warning("parse failed", exc)])
+    return page_with_failure(PageFailure.from_exception(pno, "parse", exc), w, h)
+
+
+def page_with_failure(failure: PageFailure, width: float = 0.0, height: float = 0.0,
+                      image_only: bool = False) -> ParsedPage:
+    """The empty stand-in of a failed page: the record for code, its warning for people."""
+    return ParsedPage(index=failure.page, width=width, height=height, image_only=image_only,
+                      warnings=[failure.warning()], failure=failure)
 
 
 def is_absurd(width: float, height: float) -> bool:
@@ -116,31 +123,44 @@ class Parser(ABC):
         #: the current document's statistics (see :meth:`document_stats`), set while it is parsed
         self.stats: Any = None
         self._stats_memo: tuple[Any, Any] = (None, None)
+        #: called with the number of pages just finished, while a document is parsed
+        self._progress: Callable[[int], Any] | None = None
 
     # --- public ---------------------------------------------------------------
 
     def parse(
-        self, source: DocumentSource, pages: Sequence[int] | None = None, max_pages: int | None = None
+        self, source: DocumentSource, pages: Sequence[int] | None = None, max_pages: int | None = None,
+        progress: Callable[[int], Any] | None = None,
     ) -> ParsedDocument:
+        """Parse the chosen pages; ``progress(n)`` is called as each run of ``n`` pages is done."""
         from mage_gym.graph.sources import _as_source
 
         source = _as_source(source)
-        if source.kind == "images":
-            return self._parse_images(source, pages, max_pages)
-        from mage_gym.graph.sources import open_pdf
-
-        doc = open_pdf(source)
+        self._progress = progress
         try:
-            chosen, doc_warnings = select_pages(doc.page_count, pages, max_pages, source.path)
-            if doc.is_repaired:
-                doc_warnings.append("PDF was damaged and repaired by MuPDF; some pages may be incomplete")
-            self.stats = self._memo_stats(source, doc, max_pages)
-            parsed = self.parse_pdf_pages(doc, chosen)
+            if source.kind == "images":
+                return self._parse_images(source, pages, max_pages)
+            from mage_gym.graph.sources import open_pdf
+
+            doc = open_pdf(source)
+            try:
+                chosen, doc_warnings = select_pages(doc.page_count, pages, max_pages, source.path)
+                if doc.is_repaired:
+                    doc_warnings.append("PDF was damaged and repaired by MuPDF; some pages may be incomplete")
+                self.stats = self._memo_stats(source, doc, max_pages)
+                parsed = self.parse_pdf_pages(doc, chosen)
+            finally:
+                self.stats = None
+                doc.close()
         finally:
-            self.stats = None
-            doc.close()
+            self._progress = None
         self.postprocess(parsed)
         return ParsedDocument(pages=parsed, parser=self.name, warnings=doc_warnings)
+
+    def pages_done(self, n: int = 1) -> None:
+        """Report ``n`` more pages parsed (to the ``progress`` callback of :meth:`parse`, if any)."""
+        if self._progress is not None and n > 0:
+            self._progress(n)
 
     def _memo_stats(self, source: DocumentSource, doc: "pymupdf.Document", max_pages: int | None) -> Any:
         """:meth:`document_stats` of the whole document (up to ``max_pages``), computed once.
@@ -180,6 +200,7 @@ class Parser(ABC):
         out: list[ParsedPage] = []
         for pno in page_numbers:
             out.append(self.parse_one_pdf_page(doc, pno))
+            self.pages_done(1)
         return out
 
     def parse_one_pdf_page(self, doc: "pymupdf.Document", pno: int) -> ParsedPage:
@@ -229,11 +250,11 @@ class Parser(ABC):
                 out.append(self.parse_image_page(source, i))
             except Exception as exc:  # noqa: BLE001 - one unreadable image costs one page
                 log.warning("image page %d of %s failed: %s", i, source.path, exc)
-                out.append(ParsedPage(index=i, width=0.0, height=0.0, image_only=True,
-                                      warnings=[failure_warning("image unreadable", exc)]))
+                out.append(page_with_failure(PageFailure.from_exception(i, "image", exc), image_only=True))
+            self.pages_done(1)
         self.postprocess(out)
         return ParsedDocument(pages=out, parser=self.name, warnings=doc_warnings)
 
 
 __all__ = ["Parser", "select_pages", "needs_ocr", "is_absurd", "MAX_PAGE_SIDE_PT",
-           "failed_page"]
+           "failed_page", "page_with_failure"]

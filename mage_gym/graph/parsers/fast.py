@@ -44,7 +44,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from mage_gym.graph.parsers.base import Parser, failed_page
+from mage_gym.graph.parsers.base import MIN_IMAGE_COVER, Parser, failed_page
 from mage_gym.graph.parsers.tables import text_grid_tables
 from mage_gym.graph.parsers.geometry import (
     MARGIN_BAND,
@@ -60,24 +60,19 @@ from mage_gym.graph.parsers.geometry import (
     merge_list_items,
     move_to_margins,
     normalise_repeat_key,
+    only_content,
     repeated_margin_keys,
     union,
     xy_cut_order,
 )
+from mage_gym.graph.patterns import BULLET_ONLY_RE, CAPTION_RE, LIST_ITEM_RE
 from mage_gym.graph.schema import BBox, ParsedElement, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
     import pymupdf
 
-BULLET_RE = re.compile(
-    r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076\uf0fc\uf0a8]"
-    r"|([\u2013\u2014\-\*]|\(?\d{1,3}[.)](?!\d)|\(?[a-zA-Z][.)]|\((?:[ivxIVX]{1,5}|[a-zA-Z])\))(\s+|$))"
-)
-BULLET_ONLY_RE = re.compile(r"^\s*[\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u2013\-\*\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076]\s*$")
-CAPTION_RE = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|plate|diagram)\s*[\dIVX]+[a-z]?\s*[.:\-\u2013\u2014|]?", re.IGNORECASE)
 NUMERIC_RE = re.compile(r"^[\s$€£(+\-\u2212]*\d[\d.,]*\s*[%)kKmMbB]?\s*$")
 FOOTNOTE_START_RE = re.compile(r"^\s*(\d{1,3}|[*\u2020\u2021\u00a7]|[\u00b9\u00b2\u00b3\u2070-\u2079]+)")
-
 
 
 @dataclass
@@ -205,7 +200,7 @@ def _section_number_then_heading(a: Block, b: Block) -> bool:
 def _continues(a: Block, b: Block) -> bool:
     last, first = a.lines[-1], b.lines[0]
     size = max(last.size, 1.0)
-    if abs(last.size - first.size) > 0.15 * size or last.bold != first.bold or BULLET_RE.match(first.text):
+    if abs(last.size - first.size) > 0.15 * size or last.bold != first.bold or LIST_ITEM_RE.match(first.text):
         return False
     line_h = max(last.bbox[3] - last.bbox[1], 1.0)
     if not -0.2 * line_h <= first.bbox[1] - last.bbox[3] <= 0.6 * line_h:
@@ -276,7 +271,7 @@ def _split_block(lines: list[Line]) -> list[Block]:
             weight_jump = ln.bold != prev.bold and (len(prev.text) < 80 or len(ln.text) < 80) and \
                 not (ln.bbox[1] < prev.bbox[3] - 0.3 * h)  # same baseline: inline bold, no split
             gap = ln.bbox[1] - prev.bbox[3] > 1.2 * h
-            new_item = bool(BULLET_RE.match(ln.text)) and ln.bbox[1] >= prev.bbox[3] - 0.3 * h
+            new_item = bool(LIST_ITEM_RE.match(ln.text)) and ln.bbox[1] >= prev.bbox[3] - 0.3 * h
             if not (size_jump or weight_jump or gap or new_item):
                 groups[-1].append(ln)
                 continue
@@ -473,6 +468,8 @@ class FastParser(Parser):
                 raws[pno] = raw
             except Exception as exc:  # noqa: BLE001 - isolate one page
                 done[pno] = failed_page(doc, pno, exc)
+            finally:
+                self.pages_done(1)  # pass 1 is the page's cost; pass 2 takes about a millisecond
         stats = self.stats if isinstance(self.stats, DocStats) else DocStats.from_raw(list(raws.values()))
         for pno, raw in raws.items():
             try:
@@ -576,8 +573,13 @@ def _margin_kind(b: Block, r: RawPage, stats: DocStats) -> str | None:
     return None
 
 
-def classify(r: RawPage, stats: DocStats) -> ParsedPage:
-    """Pass 2: typed elements in reading order for one page."""
+def classify(r: RawPage, stats: DocStats, has_content: bool = False) -> ParsedPage:
+    """Pass 2: typed elements in reading order for one page.
+
+    ``has_content`` says the page holds elements found elsewhere (the layout
+    parser classifies text its model left out this way), so margin-like lines
+    here are margins even when they are all this call sees.
+    """
     body = stats.body_size
     header: list[str] = []
     footer: list[str] = []
@@ -611,13 +613,11 @@ def classify(r: RawPage, stats: DocStats) -> ParsedPage:
 
     absorbed: dict[int, list[Block]] = {i: [] for i in range(len(tables) + len(kept_visuals))}
     texts: list[Block] = []
+    margins: list[tuple[str, Block]] = []
     for b in r.blocks:
         kind = _margin_kind(b, r, stats)
-        if kind == "header":
-            header.append(b.text)
-            continue
-        if kind == "footer":
-            footer.append(b.text)
+        if kind is not None:
+            margins.append((kind, b))
             continue
         owner = None
         for i, (bb, _md) in enumerate(tables):
@@ -633,6 +633,17 @@ def classify(r: RawPage, stats: DocStats) -> ParsedPage:
             absorbed[owner].append(b)
         else:
             texts.append(b)
+
+    # a page-sized image is content the text layer does not hold (a scan under a stamped case number):
+    # margin lines over it stay furniture
+    content = bool(tables or kept_visuals or any(b.text for b in texts)) or has_content \
+        or r.image_cover >= MIN_IMAGE_COVER
+    # fine print (a print shop's slug on a blank page) stays furniture: the footnote threshold again
+    kept = only_content([m for m in margins if m[1].size > 0.85 * body], lambda m: m[1].text, content)
+    texts.extend(b for _, b in kept)
+    for kind, b in margins:
+        if not any(b is k for _, k in kept):
+            (header if kind == "header" else footer).append(b.text)
 
     for i, (bb, md) in enumerate(tables):
         inner = absorbed[i]
@@ -650,7 +661,7 @@ def classify(r: RawPage, stats: DocStats) -> ParsedPage:
             continue
         if CAPTION_RE.match(text) and len(b.lines) <= 6:
             elements.append(ParsedElement("caption", b.bbox, text))
-        elif BULLET_RE.match(b.lines[0].text) and not (len(b.lines) == 1 and NUMERIC_RE.match(text)):
+        elif LIST_ITEM_RE.match(b.lines[0].text) and not (len(b.lines) == 1 and NUMERIC_RE.match(text)):
             elements.append(ParsedElement("list", b.bbox, "\n".join(l.text for l in b.lines)))
         elif _title_shape(b) and not text.endswith((".", ",", ";")) and (
             b.size >= 1.15 * body or (b.bold and b.size >= 0.95 * body and len(text.split()) <= 15 and len(b.lines) <= 2)

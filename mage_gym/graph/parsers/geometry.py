@@ -10,6 +10,7 @@ import re
 from collections import Counter
 from typing import TYPE_CHECKING, Callable, Sequence, TypeVar
 
+from mage_gym.graph.patterns import is_bullet_only
 from mage_gym.graph.schema import BBox, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -25,6 +26,7 @@ REPEAT_SHARE = 0.5
 REPEAT_BAND = 0.15
 
 _DIGITS = re.compile(r"\d+")
+_WORD = re.compile(r"[^\W\d_]{2}")  # two letters in a row, in any script
 _PAGE_NUMBER = re.compile(r"^\s*(page\s*)?[\divxlcIVXLC]{1,6}(\s*(/|of)\s*\d+)?\s*$", re.IGNORECASE)
 
 
@@ -184,6 +186,24 @@ def repeated_margin_keys(pages_lines: list[list[tuple[BBox, str]]], heights: lis
     return {k for k, c in counts.items() if c >= need}
 
 
+def only_content(margins: Sequence[T], text_of: Callable[[T], str], page_has_content: bool) -> list[T]:
+    """The margin candidates that stay content because nothing else is on the page.
+
+    Why: headers and footers are furniture *around* content. On a page whose
+    every line looks like furniture (a one-line page of a generated report,
+    whose lines repeat but for their numbers; a slide with one short title at
+    its top), moving them to the margins left a page with no element at all,
+    which no element-level action can ever reach. So when ``page_has_content``
+    is False, every candidate with a word in it (two letters in a row) stays
+    content, but for a page number ("Page 3 of 10"). Lines without a word
+    ("- 2 -", a print-shop slug "41086.01500") stay furniture: on a page that
+    holds nothing else (a blank page of a filing) they are no evidence.
+    """
+    if page_has_content:
+        return []
+    return [m for m in margins if _WORD.search(text_of(m)) and not is_page_number(text_of(m))]
+
+
 def join_margin_text(parts: list[str]) -> str:
     return " | ".join(p.strip() for p in parts if p.strip())
 
@@ -211,14 +231,6 @@ def looks_like_chart(label_texts: Sequence[str], n_paths: int) -> bool:
     """
     n = numeric_tokens(label_texts)
     return n >= 3 or (n >= 2 and n_paths >= 20)
-
-
-_BULLET_ONLY = re.compile(r"^\s*[\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u25cb\u25a1\u2013\-\*\u27a2\u25ba\u2713\u2714\uf0b7\uf0a7\uf0d8\uf076]\s*$")
-
-
-def is_bullet_only(text: str) -> bool:
-    """A line that is nothing but a bullet glyph (PDFs often draw it apart)."""
-    return bool(_BULLET_ONLY.match(text))
 
 
 def join_lines(texts: Sequence[str], sep: str = " ") -> str:

@@ -36,7 +36,9 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from mage_gym.graph.parsers.base import Parser, failed_page, is_absurd, needs_ocr
-from mage_gym.graph.parsers.geometry import clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins
+from mage_gym.graph.parsers.geometry import (
+    REPEAT_BAND, band_of, clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins, only_content,
+)
 from mage_gym.graph.schema import ParsedElement, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -122,12 +124,14 @@ class LayoutParser(Parser):
 
     name = "layout"
 
-    def __init__(self, batch_pages: int = 16, image_ocr: str = "layout", **cfg: Any) -> None:
+    def __init__(self, batch_pages: int = 16, image_ocr: str = "layout", plain_pages_without_model: bool = True,
+                 **cfg: Any) -> None:
         super().__init__(**cfg)
         if image_ocr not in ("rapidocr", "layout"):
             raise ValueError(f"image_ocr must be 'rapidocr' or 'layout', not {image_ocr!r}")
         self.batch_pages = max(1, int(batch_pages))
         self.image_ocr = image_ocr
+        self.plain_pages_without_model = plain_pages_without_model
         self._fast: Any = None
 
     # --- routing ------------------------------------------------------------------
@@ -149,10 +153,14 @@ class LayoutParser(Parser):
                     done[pno] = self.parse_image_only_pdf_page(page)
                 elif is_absurd(page.rect.width, page.rect.height):
                     done[pno] = self.parse_absurd_page(page)
+                elif self.plain_pages_without_model and (plain := self._plain_page(page)) is not None:
+                    done[pno] = plain
                 else:
                     model_pages.append(pno)
+                    continue
             except Exception as exc:  # noqa: BLE001 - isolate one bad page
                 done[pno] = failed_page(doc, pno, exc)
+            self.pages_done(1)
         for i in range(0, len(model_pages), self.batch_pages):
             batch = model_pages[i : i + self.batch_pages]
             try:
@@ -162,7 +170,30 @@ class LayoutParser(Parser):
                 log.warning("layout batch %s failed (%s); retrying per page", batch, exc)
                 for pno in batch:
                     done[pno] = self._one_page_with_fallback(doc, pno)
+            self.pages_done(len(batch))
         return [done[p] for p in page_numbers]
+
+    def _plain_page(self, page: "pymupdf.Page") -> ParsedPage | None:
+        """The page typed by the fast parser's rules when its text layer is one plain block, else None.
+
+        Why: a page with no image, no drawing and one block of uniform text
+        (a generated report's one line per page) has nothing for the layout
+        model to find, and the model costs ~0.2-0.5 s a page. A block inside
+        a top/bottom margin band still goes to the model, whose header/footer
+        call is wanted there. No page of the dev PDFs' text layers (3,485
+        pages) takes this path, so their graphs are the same with or without
+        it; the 2 that would without the band rule (a lone page number, a
+        print-shop slug) came out with a different footer and a box 0.1 pt off.
+        """
+        from mage_gym.graph.parsers.fast import DocStats, RawPage, classify, text_blocks
+
+        if page.get_image_info() or page.get_cdrawings():
+            return None
+        blocks = text_blocks(page)
+        if len(blocks) != 1 or band_of(blocks[0].bbox, page.rect.height, REPEAT_BAND) is not None:
+            return None  # in a margin band the model's header/footer call is wanted
+        raw = RawPage(page.number, page.rect.width, page.rect.height, blocks)
+        return classify(raw, self.stats if isinstance(self.stats, DocStats) else DocStats.from_raw([raw]))
 
     def _one_page_with_fallback(self, doc: "pymupdf.Document", pno: int) -> ParsedPage:
         try:
@@ -241,14 +272,15 @@ class LayoutParser(Parser):
         page = doc.load_page(pno)
         _write_invisible_lines(page, lines)
         (rec,) = _run_layout_model(doc, [pno])
-        out = self.convert(doc.load_page(pno), rec, ocr=True, scale=scale)
+        out, margins = self._convert(doc.load_page(pno), rec, ocr=True, scale=scale)
         boxes = [tuple(float(_get(b, k)) * scale for k in ("x0", "y0", "x1", "y1")) for b in (_get(rec, "boxes") or ())]
         scaled = [OcrLine(tuple(v * scale for v in l.bbox), l.text, l.score) for l in lines]  # type: ignore[misc]
         missing = [l for l in scaled if not any(_inside_share(l.bbox, b) >= 0.5 for b in boxes)]
         if missing:
             extra, header, footer = group_lines(missing, out.width, out.height)
             out.elements.extend(extra)
-            move_to_margins(out, header, footer)
+            margins.extend([("header", None, t) for t in header] + [("footer", None, t) for t in footer])
+        out = _finish(out, margins, ocr=True)
         out.image_only = True
         out.warnings.extend(warns)
         return out
@@ -279,10 +311,49 @@ class LayoutParser(Parser):
         return self.stats.heading_level(sum(sz * c for sz, c in sizes) / n)
 
     def convert(self, page: "pymupdf.Page", rec: Any, ocr: bool = False, scale: float = 1.0) -> ParsedPage:
-        """One pymupdf4llm page record -> :class:`ParsedPage` (boxes x ``scale``)."""
+        """One pymupdf4llm page record -> :class:`ParsedPage` (boxes x ``scale``).
+
+        On a text-layer page (not ``ocr``), text-layer lines that no model box
+        covers are added as elements too (:meth:`_uncovered_text`).
+        """
+        out, margins = self._convert(page, rec, ocr, scale)
+        if not ocr:
+            extra = self._uncovered_text(page, _get(rec, "boxes") or (), has_content=bool(out.elements))
+            out.elements.extend(extra.elements)
+            margins.extend(("header", None, t) for t in ([extra.header_text] if extra.header_text else []))
+            margins.extend(("footer", None, t) for t in ([extra.footer_text] if extra.footer_text else []))
+        return _finish(out, margins, ocr)
+
+    def _uncovered_text(self, page: "pymupdf.Page", boxes: Any, has_content: bool) -> ParsedPage:
+        """Text-layer lines no model box covers, typed by the fast parser's rules.
+
+        Why: the model boxes what it recognises and pymupdf4llm keeps only the
+        text inside boxes, so a line it saw no region in was lost (a generated
+        report's one line per page, labels beside a picture). A line counts as
+        covered when it and a box (margins included) share half of the smaller
+        of the two: the model's boxes hug the glyphs, while a text-layer line's
+        box spans the font's full height.
+        """
+        from mage_gym.graph.parsers.fast import Block, DocStats, RawPage, classify, text_blocks
+
+        rects = [(float(_get(b, "x0")), float(_get(b, "y0")), float(_get(b, "x1")), float(_get(b, "y1")))
+                 for b in boxes]
+        left: list[Block] = []
+        for b in text_blocks(page):
+            lines = [ln for ln in b.lines if not any(_overlap(ln.bbox, r) >= 0.5 for r in rects)]
+            if lines:
+                left.append(b if len(lines) == len(b.lines) else Block(lines))
+        raw = RawPage(page.number, page.rect.width, page.rect.height, left)
+        if not left:
+            return ParsedPage(index=page.number, width=raw.width, height=raw.height)
+        stats = self.stats if isinstance(self.stats, DocStats) else DocStats.from_raw([raw])
+        return classify(raw, stats, has_content=has_content)
+
+    def _convert(self, page: "pymupdf.Page", rec: Any, ocr: bool, scale: float,
+                 ) -> tuple[ParsedPage, list[tuple[str, Any, str]]]:
+        """The model's regions as elements, and its page-header/footer regions as (kind, box, text)."""
         W, H = page.rect.width * scale, page.rect.height * scale
-        header: list[str] = []
-        footer: list[str] = []
+        margins: list[tuple[str, Any, str]] = []
         elements: list[ParsedElement] = []
         warnings: list[str] = []
         paths: list[Any] | None = None
@@ -295,7 +366,7 @@ class LayoutParser(Parser):
             if cls in _MARGIN:
                 text = _lines_text(textlines)
                 if text:
-                    (header if _MARGIN[cls] == "header" else footer).append(text)
+                    margins.append((_MARGIN[cls], bbox, text))
                 continue
             if cls in ("title", "section-header"):
                 level = 1 if cls == "title" else self._heading_level(box, textlines, ocr)
@@ -324,8 +395,7 @@ class LayoutParser(Parser):
                 if text or cls == "formula":
                     elements.append(ParsedElement(_SIMPLE.get(cls, "paragraph"), bbox, text, ocr=ocr))
         out = ParsedPage(index=page.number, width=W, height=H, elements=merge_list_items(elements), warnings=warnings)
-        move_to_margins(out, header, footer)
-        return out
+        return out, margins
 
     @staticmethod
     def _table_markdown(page: "pymupdf.Page", box: Any, raw_bbox: tuple, holder: list[Any]) -> tuple[str, str]:
@@ -351,6 +421,22 @@ class LayoutParser(Parser):
         else:
             text = page.get_textbox(raw_bbox).strip() if md == "" else md
         return md, " ".join(text.split())
+
+
+def _finish(out: ParsedPage, margins: list[tuple[str, Any, str]], ocr: bool) -> ParsedPage:
+    """Page-header/footer text goes to the page's margins, unless it is all the page holds.
+
+    A margin entry with a box (a model region) on a page with no element
+    stays content as a paragraph (:func:`~mage_gym.graph.parsers.geometry.only_content`):
+    the model also calls a page's single line a header or footer, wherever on
+    the page it stands.
+    """
+    boxed = [m for m in margins if m[1] is not None]
+    kept = only_content(boxed, lambda m: m[2], bool(out.elements))
+    out.elements.extend(ParsedElement("paragraph", box, text, ocr=ocr) for _, box, text in kept)
+    rest = [m for m in margins if not any(m is k for k in kept)]
+    move_to_margins(out, [t for kind, _, t in rest if kind == "header"], [t for kind, _, t in rest if kind == "footer"])
+    return out
 
 
 def _inside(r: tuple, box: tuple) -> bool:

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import functools
 import os
-import re
 import statistics
 import time
 from dataclasses import dataclass
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from mage_gym.graph.parsers.geometry import (
     MARGIN_BAND, band_of, clip_box, is_page_number, merge_list_items, union, xy_cut_order,
 )
+from mage_gym.graph.patterns import OCR_CAPTION_RE, OCR_LIST_ITEM_RE
 from mage_gym.graph.schema import BBox, ParsedElement, ParsedPage
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -44,10 +44,6 @@ _ENGINE: Any = None
 #: Seconds spent in OCR in this process and pages OCR'd (for benchmarks); pages answered
 #: from the OCR cache (:mod:`.ocr_cache`) are counted apart, under ``cached``.
 OCR_STATS: dict[str, float] = {"pages": 0, "seconds": 0.0, "cached": 0}
-
-_BULLET = re.compile(r"^\s*([\u2022\u25cf\u25aa\u25a0\u25e6\u2023\u2043\u2219\u00b7\u27a2\u25ba\u2713\u2714\u00bb]|([\-\u2013\u2014\*]|\(?\d{1,2}[.)]|\(?[a-hA-H][.)])\s+)")
-_CAPTION = re.compile(r"^\s*(figure|fig\.?|table|chart|exhibit|graph|source)\s*[\dIVX]*[.:\s]", re.IGNORECASE)
-
 
 @dataclass
 class OcrLine:
@@ -209,7 +205,7 @@ def _continues(block: list[OcrLine], line: OcrLine, line_gap: float | None = Non
     aligned_left = abs(line.bbox[0] - left) <= 1.5 * h_ref
     if _h_overlap(last.bbox, line.bbox) < 0.5 and not aligned_left:
         return None
-    if _BULLET.match(line.text) and not _BULLET.match(block[0].text):
+    if OCR_LIST_ITEM_RE.match(line.text) and not OCR_LIST_ITEM_RE.match(block[0].text):
         return None  # a bullet after plain text starts a list
     return gap
 
@@ -232,6 +228,8 @@ def group_lines(lines: list[OcrLine], width: float, height: float) -> tuple[list
     header: list[str] = []
     footer: list[str] = []
     body: list[OcrLine] = []
+    # Unlike the text-layer rule (geometry.only_content), short lines in the bands stay margins even on a
+    # page with nothing else: the page's picture is its content, and OCR reads specks and slide footers there.
     for ln in sorted(lines, key=lambda l: (l.bbox[1], l.bbox[0])):
         where = band_of(ln.bbox, height, MARGIN_BAND)
         if where and (len(ln.text.split()) <= 8 or is_page_number(ln.text)):
@@ -267,9 +265,9 @@ def group_lines(lines: list[OcrLine], width: float, height: float) -> tuple[list
         h = statistics.median(l.height for l in blk)
         if len(blk) <= 3 and h >= 1.3 * page_h and len(text.split()) <= 20:
             elements.append(ParsedElement("title", bbox, text, heading_level=1 if h >= 1.8 * page_h else 2, ocr=True))
-        elif _CAPTION.match(text) and len(blk) <= 4:
+        elif OCR_CAPTION_RE.match(text) and len(blk) <= 4:
             elements.append(ParsedElement("caption", bbox, text, ocr=True))
-        elif _BULLET.match(blk[0].text):
+        elif OCR_LIST_ITEM_RE.match(blk[0].text):
             elements.append(ParsedElement("list", bbox, "\n".join(l.text for l in blk), ocr=True))
         else:
             elements.append(ParsedElement("paragraph", bbox, text, ocr=True))

@@ -1,0 +1,106 @@
+"""Per-run means and per-group breakdowns of episode results: the numbers every experiment reports.
+
+Why one module: benchmark, training-time evaluation and the main job must
+aggregate the same way, or their tables would not be comparable. Means skip
+``None`` (a metric that does not apply to an episode); a run's metric is
+``None`` when it applies to none of its episodes.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any, Mapping, Sequence
+
+from mage_gym.data.episode import Episode
+from policies.runner import EpisodeResult, mean_or_none
+
+METRIC_KEYS: tuple[str, ...] = (
+    "episodes", "reward", "support", "noise", "cost", "accuracy", "f1", "evidence_page_recall",
+    "evidence_all_covered", "element_recall", "element_precision", "pages_rendered", "elements_rendered",
+    "images_rendered", "tokens_rendered", "operations", "reader_calls", "evaluator_calls", "wall_s",
+)
+#: evidence source labels of the benchmarks -> the five evidence types of the plots
+EVIDENCE_TYPES: dict[str, str] = {
+    "pure-text (plain-text)": "text", "text": "text", "plain-text": "text", "paragraph": "text",
+    "table": "table", "chart": "chart", "figure": "figure", "image": "figure",
+    "generalized-text (layout)": "layout", "layout": "layout",
+}
+_SCORED_BENCHMARKS = ("mmlongbench", "longdocurl", "financebench", "synth")
+
+
+def evidence_types(ep: Episode) -> list[str]:
+    """The episode's evidence types among text/table/chart/figure/layout (from its source labels)."""
+    labels = list(ep.evidence_sources) or [r.type for r in ep.evidence_regions]
+    out = []
+    for lab in labels:
+        t = EVIDENCE_TYPES.get(str(lab).strip().lower())
+        if t and t not in out:
+            out.append(t)
+    return out
+
+
+def summarise(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode], answers: bool) -> dict[str, Any]:
+    """Mean metrics over episodes, keyed by :data:`METRIC_KEYS` (``answers``: the reader gives answer text)."""
+    n = len(results)
+    m = [r.metrics for r in results]
+    c = [r.components for r in results]
+    out: dict[str, Any] = {"episodes": n}
+    out["reward"] = mean_or_none([r.reward for r in results])
+    for key in ("support", "noise", "cost"):
+        out[key] = mean_or_none([x.get(key) for x in c])
+    if answers and n:
+        from mage_gym.scoring import run_metrics
+
+        recs = []
+        for r in results:
+            ep = episodes[r.episode_id]
+            bench = ep.benchmark if ep.benchmark in _SCORED_BENCHMARKS else "mmlongbench"
+            recs.append({"pred": r.answer, "gold": ep.answer, "answer_format": ep.answer_format, "benchmark": bench})
+        rm = run_metrics(recs)
+        out["accuracy"], out["f1"] = rm["accuracy"], rm["f1"]
+    else:
+        out["accuracy"] = out["f1"] = None
+    for key in ("evidence_page_recall", "evidence_all_covered", "element_recall", "element_precision",
+                "pages_rendered", "elements_rendered", "images_rendered", "tokens_rendered", "operations",
+                "reader_calls", "evaluator_calls"):
+        out[key] = mean_or_none([x.get(key) for x in m])
+    out["wall_s"] = mean_or_none([r.wall_s for r in results])
+    return {k: out.get(k) for k in METRIC_KEYS}
+
+
+def metric_counts(results: Sequence[EpisodeResult], answers: bool) -> dict[str, int]:
+    """How many episodes each mean of :func:`summarise` is over (a metric skips episodes where it is None).
+
+    Why: a recall over 12 answerable questions and a reward over 40 episodes
+    must not read as equally solid; ``results.json`` carries these as ``n``.
+    """
+    n = len(results)
+    out: dict[str, int] = {"episodes": n, "reward": n, "wall_s": n}
+    for key in ("support", "noise", "cost"):
+        out[key] = sum(r.components.get(key) is not None for r in results)
+    for key in ("accuracy", "f1"):
+        out[key] = n if answers else 0
+    for key in METRIC_KEYS:
+        if key not in out:
+            out[key] = sum(r.metrics.get(key) is not None for r in results)
+    return {k: out[k] for k in METRIC_KEYS}
+
+
+def breakdown(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode]) -> dict[str, dict[str, Any]]:
+    """Evidence recall and reward per evidence type and for single- vs multi-page questions."""
+    groups: dict[str, list[EpisodeResult]] = defaultdict(list)
+    for r in results:
+        ep = episodes[r.episode_id]
+        if not ep.answerable:
+            groups["unanswerable"].append(r)
+            continue
+        for t in evidence_types(ep):
+            groups[f"type:{t}"].append(r)
+        groups["multi_page" if ep.multi_page else "single_page"].append(r)
+    return {g: {"episodes": len(rs),
+                "support": mean_or_none([r.components.get("support") for r in rs]),
+                "evidence_page_recall": mean_or_none([r.metrics.get("evidence_page_recall") for r in rs]),
+                "evidence_all_covered": mean_or_none([r.metrics.get("evidence_all_covered") for r in rs]),
+                "element_recall": mean_or_none([r.metrics.get("element_recall") for r in rs]),
+                "reward": mean_or_none([r.reward for r in rs]),
+                "tokens_rendered": mean_or_none([r.metrics.get("tokens_rendered") for r in rs])}
+            for g, rs in sorted(groups.items())}

@@ -1,0 +1,160 @@
+"""Results the docs cite: ``docs/results/<name>/`` holds a run's ``results.json`` and its provenance.
+
+Why a folder per result: every number in ``docs/RESULTS.md`` must be traceable
+to the command that produced it, when, and at which commit, and must never be
+typed by hand. ``publish`` copies a run's ``results.json`` (and any figures
+next to it) under ``docs/results/<name>/`` with a ``provenance.json``
+(``command``, ``date``, ``commit``); ``render`` turns every published result
+into the markdown of ``docs/RESULTS.md``. Both are plain functions so tests can
+call them on temporary folders.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+PROVENANCE_KEYS = ("command", "date", "commit")
+#: figures copied beside a published results.json (the doc links them)
+FIGURE_SUFFIXES = (".png", ".svg")
+#: headline metrics shown first in a benchmark table (others follow in their stored order)
+PREFERRED_METRICS = ("episodes", "reward", "evidence_page_recall", "evidence_all_covered", "tokens_rendered",
+                     "pages_rendered", "accuracy", "f1")
+MAX_COLUMNS = 10
+
+
+def current_commit(repo: Path) -> str:
+    """The repository's HEAD commit (short), with ``+dirty`` when the tree has uncommitted changes."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=repo, capture_output=True, text=True, check=True).stdout.strip()
+
+    try:
+        head = git("rev-parse", "--short=10", "HEAD")
+        dirty = bool(git("status", "--porcelain", "--untracked-files=no"))
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+    return head + ("+dirty" if dirty else "")
+
+
+def publish(run_dir: Path, name: str, command: str, results_root: Path, repo: Path,
+            date: str | None = None) -> Path:
+    """Copy ``run_dir/results.json`` (+ figures) to ``results_root/name/`` with its provenance."""
+    src = Path(run_dir) / "results.json"
+    if not src.is_file():
+        raise FileNotFoundError(f"{src} does not exist: publish a run directory that holds a results.json")
+    if not name or "/" in name or name.startswith("."):
+        raise ValueError(f"bad result name {name!r}: use a plain folder name such as 'benchmark_mmlongbench'")
+    json.loads(src.read_text())  # refuse to publish a broken file
+    dest = Path(results_root) / name
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(src, dest / "results.json")
+    for fig in sorted(Path(run_dir).iterdir()):
+        if fig.suffix in FIGURE_SUFFIXES:
+            shutil.copy2(fig, dest / fig.name)
+    prov = {"command": command, "date": date or _dt.date.today().isoformat(), "commit": current_commit(repo)}
+    (dest / "provenance.json").write_text(json.dumps(prov, indent=1) + "\n")
+    return dest
+
+
+def _fmt(v: Any) -> str:
+    if v is None:
+        return "n/a"
+    if isinstance(v, bool):
+        return str(v).lower()
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
+    if isinstance(v, Mapping) and {"mean", "lo", "hi"} <= set(v):
+        return f"{_fmt(v['mean'])} [{_fmt(v['lo'])}, {_fmt(v['hi'])}]"
+    return str(v)
+
+
+def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
+    out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    out += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    return out
+
+
+def _is_cell(v: Any) -> bool:
+    return v is None or isinstance(v, (int, float, str, bool)) or (
+        isinstance(v, Mapping) and {"mean", "lo", "hi"} <= set(v))
+
+
+def _budget_label(b: Any) -> str:
+    if isinstance(b, Mapping):
+        return " ".join(f"{k}={b[k]}" for k in ("k", "m", "M", "T", "B") if k in b)
+    return _fmt(b)
+
+
+def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
+    """A ``{"runs": [...]}`` file: one row per run, identity columns then its scalar metrics."""
+    ident = [k for k in ("policy", "dataset", "split", "budget", "channel", "k") if any(k in r for r in runs)]
+    metric_keys: list[str] = []
+    for r in runs:
+        for k, v in (r.get("metrics") or {}).items():
+            if _is_cell(v) and k not in metric_keys and any((x.get("metrics") or {}).get(k) is not None for x in runs):
+                metric_keys.append(k)
+    metric_keys.sort(key=lambda k: (PREFERRED_METRICS.index(k) if k in PREFERRED_METRICS else len(PREFERRED_METRICS)))
+    metric_keys = metric_keys[:MAX_COLUMNS]
+    rows = []
+    for r in runs:
+        cells = [_budget_label(r.get(k)) if k == "budget" else r.get(k) for k in ident]
+        if r.get("privileged"):
+            cells[0] = f"{cells[0]} (privileged)"
+        rows.append(cells + [(r.get("metrics") or {}).get(k) for k in metric_keys])
+    return _table(ident + metric_keys, rows)
+
+
+def _flatten(obj: Any, prefix: str = "", depth: int = 0) -> list[tuple[str, Any]]:
+    if _is_cell(obj) or depth >= 4:
+        return [(prefix, obj if _is_cell(obj) else json.dumps(obj)[:80])]
+    if isinstance(obj, Mapping):
+        out: list[tuple[str, Any]] = []
+        for k, v in obj.items():
+            out += _flatten(v, f"{prefix}.{k}" if prefix else str(k), depth + 1)
+        return out
+    if isinstance(obj, list) and len(obj) <= 12:
+        out = []
+        for i, v in enumerate(obj):
+            out += _flatten(v, f"{prefix}[{i}]", depth + 1)
+        return out
+    return [(prefix, f"list of {len(obj)}")]
+
+
+def render_result(name: str, folder: Path) -> list[str]:
+    """Markdown for one published result: heading, provenance line, table(s), figures."""
+    res = json.loads((folder / "results.json").read_text())
+    prov_path = folder / "provenance.json"
+    prov = json.loads(prov_path.read_text()) if prov_path.is_file() else {}
+    missing = [k for k in PROVENANCE_KEYS if not prov.get(k)]
+    if missing:
+        raise ValueError(f"{prov_path}: provenance lacks {missing}; publish results with experiments/results_doc.py")
+    lines = [f"## {name}", "", f"`{prov['command']}`  ", f"run {prov['date']} at commit `{prov['commit']}`", ""]
+    if isinstance(res, Mapping) and isinstance(res.get("runs"), list) and res["runs"] and all(
+            isinstance(r, Mapping) for r in res["runs"]):
+        lines += _runs_table(res["runs"])
+        rest = {k: v for k, v in res.items() if k != "runs"}
+    else:
+        rest = res
+    if rest:
+        pairs = [(k, v) for k, v in _flatten(rest) if k]
+        lines += ([""] if lines[-1] else []) + _table(["field", "value"], [[k, v] for k, v in pairs])
+    figs = sorted(p.name for p in folder.iterdir() if p.suffix in FIGURE_SUFFIXES)
+    lines += [""] + [f"![{f}](results/{name}/{f})" for f in figs] if figs else []
+    return lines + [""]
+
+
+def render(results_root: Path, generator_command: str) -> str:
+    """The whole ``docs/RESULTS.md``: every published result, sorted by name."""
+    folders = sorted(p for p in Path(results_root).iterdir() if (p / "results.json").is_file()) \
+        if Path(results_root).is_dir() else []
+    head = ["# Measured results", "",
+            f"Generated by `{generator_command}` from `docs/results/*/results.json`; do not edit by hand.",
+            "Each section names the command, date and commit that produced it. Figures are measured on the",
+            "reference machine (2 shared CPU cores, no GPU) unless the command says otherwise.", ""]
+    body: list[str] = []
+    for f in folders:
+        body += render_result(f.name, f)
+    return "\n".join(head + body).rstrip() + "\n"

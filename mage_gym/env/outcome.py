@@ -1,0 +1,61 @@
+"""The end of an episode: reward components and evidence metrics, the one place the env opens the gold.
+
+Why one function: the terminal reward, ``info["reward_components"]``,
+``info["metrics"]`` and the trace's ``end`` record all come from the
+:class:`Outcome` built here, so a new metric is added here and nowhere else;
+and the gold is read only here (plus the privileged view), after the last
+decision.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from mage_gym import reward as R
+from mage_gym.env.episodes import SealedGold
+from mage_gym.env.state import Counters
+from mage_gym.graph.graph import EvidenceGraph
+from mage_gym.readers.base import ReaderOutput, RenderedInput
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What an episode's end gives: the terminal reward, its components and the metrics."""
+
+    reward: float
+    components: dict[str, Any]
+    metrics: dict[str, Any]
+
+
+def score_episode(graph: EvidenceGraph, gold: SealedGold, rendered: RenderedInput, output: ReaderOutput,
+                  reader_answers: bool, counters: Counters, cfg: R.RewardConfig, op_cap: int, call_cap: int,
+                  stop_reason: str) -> Outcome:
+    """Support, noise, cost and the metrics of the rendered reader input against the episode's gold.
+
+    ``reader_answers``: the reader gives answer text (support is the benchmark
+    score of the answer), else support is the gold coverage (oracle reader).
+    """
+    opened_gold = gold._open()
+    episode, evidence = opened_gold.episode, opened_gold.evidence
+    opened, pages = R.rendered_masks(graph, rendered)
+    covered = R.coverage(evidence, opened, pages, graph.node_page)
+    support = R.answer_support(episode, output.answer) if reader_answers else \
+        R.oracle_support(episode, evidence, covered)
+    is_gold = opened_gold.node_mask(graph)
+    noise = R.noise(graph, evidence, rendered, is_gold)
+    c = counters
+    calls = c.reader_calls + c.evaluator_calls
+    cost, parts = R.cost(rendered.tokens, c.operations, calls, cfg, op_cap, call_cap)
+    total = R.total_reward(support, noise, cost, cfg)
+    components = {
+        "reward": total, "support": support, "noise": noise, "cost": cost, **parts,
+        "lambda_noise": cfg.lambda_noise, "lambda_cost": cfg.lambda_cost,
+        "gold_coverage": float(covered.mean()) if len(covered) else None,
+    }
+    metrics = R.episode_metrics(graph, evidence, rendered, covered, opened, is_gold)
+    metrics.update({
+        "operations": c.operations, "reader_calls": c.reader_calls, "evaluator_calls": c.evaluator_calls,
+        "stop_reason": stop_reason, "steps": c.steps, "rounds": c.round, "activations": c.acts_used,
+        "opens": c.opens_used, "searches": c.searches, "invalid_actions": c.invalid,
+    })
+    return Outcome(total, components, metrics)

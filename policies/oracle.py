@@ -1,0 +1,148 @@
+"""``oracle``: a greedy controller that knows the gold - an upper-bound reference and a teacher, never a baseline.
+
+Why it exists: a figure for "how much a controller could gain by navigating"
+needs a controller that navigates perfectly *within the env's own rules*:
+the same candidate slots, the same mask, the same budget. This one reads the
+gold only through the env's privileged view (``env.get_wrapper_attr(
+"privileged_view")()``, which raises unless the env was built with
+``privileged=True``), so it cannot run by accident on an ordinary env, and
+every row it produces says ``"privileged": true``.
+
+Greedy, one decision at a time (first rule that applies wins):
+
+1. **open** (text mode, element gold): an activated gold element of an
+   uncovered item is opened (the reader gets its full text);
+2. **activate** a slot that is itself gold for an uncovered item (a gold page:
+   ActivatePage; a gold element: ActivateNode, which brings its page);
+3. **activate** the page of an uncovered item through a slot on that page
+   (its page node first, else any unvisited element of it);
+4. **activate** a gold element of an already covered item when it is still
+   unvisited (its page is active, so it costs one activation but no page):
+   the element's own relations then bring their neighbours into the
+   frontier, which is how the second hop of a multi-hop question appears;
+5. otherwise **stop**: no gold left in the slots.
+
+An item counts as covered when the reader gets its content: its page is
+active in ``visual`` mode; in ``text`` mode, an opened gold element (element
+gold) or the active page (page-level gold). Because it is greedy and never
+looks beyond the slots, its recall is a lower bound on what the best
+controller reaches; multi-hop questions still work because covering the first
+hop's gold brings the second hop's nodes into the frontier.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+import numpy as np
+
+from mage_gym.env import Op
+from policies.base import BasePolicy, EnvInfo
+from policies.features import SlotView, action_of, op_mask
+
+
+class OraclePolicy(BasePolicy):
+    """Greedy gold-aware controller over the env's candidate slots (see module docstring).
+
+    Bind it to the env it plays (``OraclePolicy(env)`` or :meth:`bind`): it
+    reads the slot contents and the privileged view from there at each step.
+    """
+
+    name = "oracle"
+    privileged = True  # its results are upper bounds: never in a comparison unless asked for
+
+    def __init__(self, env: Any = None, render_mode: str | None = None, **kw: Any) -> None:
+        super().__init__(render_mode=render_mode, **kw)
+        self._env = env
+        self._view = None
+        self._node_page: np.ndarray | None = None
+        self._n_pages = 0
+        self._mode = "visual"
+
+    def bind(self, env: Any) -> "OraclePolicy":
+        self._env = env
+        return self
+
+    def reset(self, env_info: EnvInfo) -> None:
+        super().reset(env_info)
+        if self._env is None:
+            raise RuntimeError("OraclePolicy needs its env: OraclePolicy(env) or policy.bind(env)")
+        get = self._env.get_wrapper_attr
+        self._view = get("privileged_view")()  # raises PrivilegedAccessError unless privileged=True
+        graph = get("graph")
+        self._node_page = np.asarray(graph.node_page)
+        self._n_pages = int(graph.n_pages)
+        self._mode = self.render_mode or env_info.render_mode
+
+    def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> int:
+        view = self._view
+        assert view is not None and self._node_page is not None, "reset() first"
+        if not view.gold_known:
+            return 0
+        v = SlotView.from_obs(obs)
+        K = v.K
+        slots = np.asarray(self._env.get_wrapper_attr("slots"))
+        node_page = self._node_page
+        valid = slots >= 0
+        spage = np.where(valid, node_page[np.clip(slots, 0, None)], -1)
+        active_pages = set(spage[v.page_activated].tolist())  # any slot on an active page says so
+        opened = set(slots[v.opened].tolist())
+        can_open = op_mask(mask, Op.OPEN_NODE, K)
+        can_node = op_mask(mask, Op.ACTIVATE_NODE, K)
+        can_page = op_mask(mask, Op.ACTIVATE_PAGE, K)
+        slot_of = {int(n): s for s, n in enumerate(slots.tolist()) if n >= 0}
+
+        uncovered = [(item, page, is_page) for item, page, is_page
+                     in zip(view.items, view.item_pages, view.item_is_page)
+                     if not self._covered(item, page, is_page, active_pages, opened)]
+        if not uncovered:
+            self.count("stops_all_covered")
+            return 0
+        text = self._mode == "text"
+        if text:  # rule 1
+            for item, _, is_page in uncovered:
+                for n in item:
+                    s = slot_of.get(int(n))
+                    if s is not None and not is_page and can_open[s]:
+                        self.count("opens")
+                        return action_of(Op.OPEN_NODE, s, K)
+        for item, _, _ in uncovered:  # rule 2
+            for n in item:
+                s = slot_of.get(int(n))
+                if s is None:
+                    continue
+                if int(n) < self._n_pages and can_page[s]:
+                    self.count("activations")
+                    return action_of(Op.ACTIVATE_PAGE, s, K)
+                if int(n) >= self._n_pages and can_node[s]:
+                    self.count("activations")
+                    return action_of(Op.ACTIVATE_NODE, s, K)
+        for _, page, _ in uncovered:  # rule 3
+            if page in active_pages:
+                continue
+            on_page = np.flatnonzero(valid & (spage == page))
+            for s in sorted(on_page.tolist(), key=lambda s: (not v.is_page[s], s)):
+                if v.is_page[s] and can_page[s]:
+                    self.count("activations")
+                    return action_of(Op.ACTIVATE_PAGE, s, K)
+                if not v.is_page[s] and can_node[s]:
+                    self.count("activations")
+                    return action_of(Op.ACTIVATE_NODE, s, K)
+        for item in view.items:  # rule 4: a covered item's gold element not yet active (its links lead on)
+            for n in item:
+                s = slot_of.get(int(n))
+                if s is not None and int(n) >= self._n_pages and can_node[s]:
+                    self.count("activations_gold_links")
+                    return action_of(Op.ACTIVATE_NODE, s, K)
+        self.count("stops_no_gold_in_slots")
+        return 0
+
+    def _covered(self, item: tuple[int, ...], page: int, is_page: bool, active_pages: set[int],
+                 opened: set[int]) -> bool:
+        if self._mode == "text" and not is_page:
+            return any(int(n) in opened for n in item)
+        return page in active_pages
+
+
+def privileged_row(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A result row of a privileged policy, marked so (``"privileged": true``) for every output that takes it."""
+    return {**dict(row), "privileged": True}

@@ -1,0 +1,212 @@
+"""Gold is sealed: policies and the training path run on episodes whose gold fields raise when read.
+
+The gold fields of these episodes raise unless the env is computing the
+episode's reward and metrics (:func:`mage_gym.env.outcome.score_episode`,
+wrapped here to open a gate), so any other read - by the env while it builds
+observations, masks, text views or info, by a wrapper, or by a policy - fails
+the test. A second test walks every public attribute reachable from the env
+and its wrappers and finds no gold object.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+from typing import Any, Iterator
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import mage_gym
+import mage_gym.env.env as env_module
+from mage_gym.data.episode import Episode
+from mage_gym.data.gold import GoldEvidence
+from mage_gym.env import EnvEpisode, PrivilegedAccessError, PrivilegedView
+from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.env.episodes import Gold
+from mage_gym.testing import make_toy_graph
+from policies import get_policy
+from policies.llm_evaluator import CallableBackend
+from policies.runner import run_episode
+
+K, BUDGET = 16, {"k": 2, "m": 2, "M": 6, "T": 3, "B": 3}
+QF = hash_query_fn(16)
+GOLD_FIELDS = frozenset({
+    "answer", "answer_format", "answerable", "evidence_pages", "evidence_regions", "evidence_text",
+    "gold_node_ids", "evidence_sources", "task_tags", "flags", "extra", "evidence_hops", "hops", "n_hops",
+    "usable_for_training", "multi_page",
+})
+
+
+class GoldRead(AssertionError):
+    """A gold field was read outside the reward computation."""
+
+
+class _Gate:
+    open = False
+
+
+@contextlib.contextmanager
+def gate() -> Iterator[None]:
+    before, _Gate.open = _Gate.open, True
+    try:
+        yield
+    finally:
+        _Gate.open = before
+
+
+class GuardedEpisode(Episode):
+    """An Episode whose gold fields raise unless the gate is open."""
+
+    def __getattribute__(self, name: str) -> Any:
+        if name in GOLD_FIELDS and not _Gate.open:
+            raise GoldRead(f"gold field {name!r} read outside the reward")
+        return object.__getattribute__(self, name)
+
+
+def guarded(ep: Episode) -> GuardedEpisode:
+    with gate():
+        return GuardedEpisode(**{f.name: getattr(ep, f.name) for f in dataclasses.fields(Episode)})
+
+
+@pytest.fixture
+def reward_gate(monkeypatch):
+    """Open the gate only while the env scores the finished episode."""
+    score = env_module.score_episode
+
+    def gated(*args: Any, **kw: Any):
+        with gate():
+            return score(*args, **kw)
+
+    monkeypatch.setattr(env_module, "score_episode", gated)
+
+
+@pytest.fixture(scope="module")
+def pairs() -> list[EnvEpisode]:
+    g = make_toy_graph(n_pages=8, elements_per_page=4, dim=16, seed=5)
+    out = []
+    for i in range(6):
+        el = g.elements[i * 4 + 1 + (i % 2)]
+        ep = Episode(episode_id=f"q{i}", benchmark="synth", doc_id="toy", source="<toy>", question=el.text,
+                     answer=f"secret-{i}", answer_format="Str", evidence_pages=(el.page,),
+                     gold_node_ids=(el.node_id,), evidence_sources=("Table",), answerable=i != 5)
+        out.append(EnvEpisode(guarded(ep), g))
+    return out
+
+
+def make(pairs, render_mode: str = "text", **kw) -> gym.Env:
+    return gym.make("MageRAG-v0", episodes=pairs, K=K, budget=BUDGET, retriever="bm25", query_fn=QF,
+                    render_mode=render_mode, **kw)
+
+
+def test_the_guard_works(pairs):
+    with pytest.raises(GoldRead):
+        _ = pairs[0].episode.answer
+    with gate():
+        assert pairs[0].episode.answer == "secret-0"
+
+
+def build(name: str, env: gym.Env):
+    if name == "llm_evaluator":
+        reply = '<agent_decision><selected_actions><action index="1"/></selected_actions></agent_decision>'
+        return get_policy(name, backend=CallableBackend(lambda system, user: reply), cache=False)
+    if name == "ppo":
+        from policies.ppo import build_model
+
+        return get_policy(name, model=build_model(env, hparams={"n_steps": 32, "batch_size": 16}))
+    return get_policy(name)
+
+
+@pytest.mark.parametrize("name", ["random", "topk_page", "topk_text", "heuristic", "llm_evaluator", "ppo"])
+def test_every_non_privileged_policy_completes_without_reading_gold(name, pairs, reward_gate, tmp_path):
+    env = make(pairs, text_view_in_info=True, trace_path=str(tmp_path / "t.jsonl"))
+    policy = build(name, env)
+    env = make(pairs, render_mode=policy.render_mode or "text", text_view_in_info=True,
+               trace_path=str(tmp_path / "t.jsonl"))
+    for i, p in enumerate(pairs):
+        r = run_episode(env, policy, p.episode.episode_id, seed=i)
+        assert r.metrics["stop_reason"] in ("stop", "max_rounds", "step_cap") and "support" in r.components
+
+
+def test_the_training_path_runs_on_sealed_episodes(pairs, reward_gate):
+    import torch
+
+    torch.set_num_threads(1)
+    from policies.imitation import behaviour_clone, collect_demos
+    from policies.ppo import build_model
+
+    env = mage_gym.make_training_env(pairs, K=K, budget=BUDGET, retriever="bm25", query_fn=QF, render_mode="text")
+    teacher = get_policy("heuristic", expand_min_rel=0.9, open_min_rel=0.9)
+    demos = collect_demos(env, teacher, [p.episode.episode_id for p in pairs], progress=False)
+    model = build_model(env, seed=0, hparams={"n_steps": 32, "batch_size": 16, "n_epochs": 1})
+    assert behaviour_clone(model, demos, updates=3, batch_size=16, log_every=1)
+    model.learn(64)
+    assert set(demos) == {"obs/nodes", "obs/slot_mask", "obs/budget", "obs/progress", "obs/question", "masks",
+                          "actions"}
+
+
+def test_privileged_view_only_on_a_privileged_env(pairs, reward_gate):
+    env = make(pairs)
+    env.reset(seed=0, options={"episode_id": "q1"})
+    with pytest.raises(PrivilegedAccessError, match="privileged=True"):
+        env.get_wrapper_attr("privileged_view")()
+    env = make(pairs, privileged=True)
+    env.reset(seed=0, options={"episode_id": "q1"})
+    with gate():  # a privileged reader opens the gold on purpose
+        view = env.get_wrapper_attr("privileged_view")()
+        gold_id = pairs[1].episode.gold_node_ids[0]
+    assert isinstance(view, PrivilegedView) and view.answerable and view.gold_known
+    assert view.gold_node_ids == (gold_id,) and view.pages == (int(gold_id.split(":p")[1].split(":")[0]),)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        view.pages = ()  # type: ignore[misc]
+
+
+GOLD_TYPES = (Episode, GoldEvidence, Gold, PrivilegedView)
+SKIP_TYPES = (str, bytes, int, float, bool, type(None), np.ndarray, np.generic, type, type(len),
+              type(lambda: 0), type(np))
+
+
+def public_reach(root: Any, limit: int = 50_000) -> Iterator[tuple[str, Any]]:
+    """(path, object) for everything reachable through public attributes, container items and properties."""
+    seen: set[int] = set()
+    todo: list[tuple[str, Any]] = [("env", root)]
+    while todo and len(seen) < limit:
+        path, obj = todo.pop()
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        yield path, obj
+        if isinstance(obj, SKIP_TYPES):
+            continue
+        if isinstance(obj, dict):
+            todo += [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+            continue
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            todo += [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+            continue
+        for name in dir(obj):
+            if name.startswith("_"):
+                continue
+            try:
+                value = getattr(obj, name)
+            except Exception:  # noqa: BLE001 - a property that needs a reset, or raises on purpose
+                continue
+            if callable(value) and not isinstance(value, (gym.Env, gym.spaces.Space)):
+                continue
+            todo.append((f"{path}.{name}", value))
+
+
+def test_no_public_attribute_of_the_env_or_its_wrappers_yields_gold(pairs, reward_gate, tmp_path):
+    env = make(pairs, text_view_in_info=True, trace_path=str(tmp_path / "t.jsonl"))
+    obs, info = env.reset(seed=0, options={"episode_id": "q2"})
+    obs, _, _, _, info = env.step(int(np.flatnonzero(env.get_wrapper_attr("action_masks")())[-1]))
+    reached = list(public_reach(env))
+    assert len(reached) > 100  # the walk does go through the env, its state, graph and spec
+    leaks = [path for path, obj in reached if isinstance(obj, GOLD_TYPES)]
+    assert not leaks, leaks[:5]
+    # what an episode provider hands out (the old leak was env.provider.get(id).episode) is sealed too
+    loaded = env.unwrapped._provider.get("q2")
+    assert not [path for path, obj in public_reach(loaded) if isinstance(obj, GOLD_TYPES)]
+    assert repr(loaded.gold) == "SealedGold(<sealed>)" and not [n for n in dir(loaded.gold) if not n.startswith("_")]
+    texts = [obj for _, obj in reached if isinstance(obj, str)]
+    assert all("secret-" not in t for t in [repr(env.spec), env.get_wrapper_attr("text_view")(), *texts])

@@ -1,0 +1,49 @@
+"""Equal-cost deltas: interpolation on the top-k curve, no extrapolation, paired bootstrap intervals."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from experiments.common.equal_cost import MIN_QUESTIONS, curve_arrays, delta_at_equal_cost, interpolate_at
+
+
+def test_interpolation_is_linear_between_neighbours_and_never_extrapolates() -> None:
+    cost, metric = np.array([100.0, 200.0, 300.0]), np.array([0.2, 0.4, 0.5])
+    assert interpolate_at(150.0, cost, metric) == pytest.approx(0.3)
+    assert interpolate_at(200.0, cost, metric) == pytest.approx(0.4)
+    assert interpolate_at(275.0, cost, metric) == pytest.approx(0.475)
+    assert interpolate_at(99.0, cost, metric) is None and interpolate_at(301.0, cost, metric) is None
+
+
+def _curve(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    ks = np.arange(1, 6)
+    cost = np.outer(ks, np.full(n, 1000.0)) + rng.normal(0, 20, (len(ks), n))
+    metric = np.clip(np.outer(ks / 6.0, np.ones(n)) + rng.normal(0, 0.05, (len(ks), n)), 0, 1)
+    return metric, cost
+
+
+def test_a_policy_on_the_curve_has_zero_delta_and_a_better_one_a_positive_interval() -> None:
+    rng = np.random.default_rng(0)
+    n = 200
+    metric, cost = _curve(n, rng)
+    same = delta_at_equal_cost(metric[2], cost[2], metric, cost)  # the k=3 point itself
+    assert same["mean"] == pytest.approx(0.0, abs=1e-9) and same["lo"] <= 0.0 <= same["hi"]
+    better = delta_at_equal_cost(np.clip(metric[2] + 0.2, 0, 1), cost[2], metric, cost)
+    assert better["lo"] > 0.05 and better["interpretable"]
+
+
+def test_outside_the_curve_everything_is_null_and_few_questions_are_flagged() -> None:
+    rng = np.random.default_rng(1)
+    metric, cost = _curve(10, rng)
+    res = delta_at_equal_cost(metric[4], cost[4] * 3, metric, cost)
+    assert res["mean"] is None and res["lo"] is None and res["topk_at_cost"] is None
+    assert res["n"] == 10 and res["interpretable"] is (10 >= MIN_QUESTIONS)
+    with pytest.raises(ValueError, match="shapes"):
+        delta_at_equal_cost(metric[0][:5], cost[0], metric, cost)
+
+
+def test_curve_arrays_keeps_only_points_covering_every_question() -> None:
+    rows = {1: {"a": {"r": 0.1, "t": 10}, "b": {"r": 0.2, "t": 12}}, 2: {"a": {"r": 0.3, "t": 20}},
+            3: {"a": {"r": 0.5, "t": 30}, "b": {"r": 0.6, "t": 31}}}
+    ks, m, c = curve_arrays(rows, ["a", "b"], "r", "t")
+    assert ks == [1, 3] and m.shape == (2, 2) and c[1, 1] == 31

@@ -1,0 +1,74 @@
+"""The privileged greedy oracle: gold only through the privileged view, full recall where slots allow it."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from mage_gym.env import MageRAGEnv, PrivilegedAccessError
+from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from policies.oracle import OraclePolicy, privileged_row
+from policies.runner import run_episode
+from policies.topk_page import TopKPagePolicy
+
+QF = hash_query_fn(16)
+
+
+def _env(privileged: bool = True, **kw) -> MageRAGEnv:  # noqa: ANN003
+    kw.setdefault("budget", {"k": 1})
+    return MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=48, privileged=privileged, **kw)
+
+
+def test_oracle_refuses_an_env_without_privileged_access() -> None:
+    env = _env(privileged=False)
+    with pytest.raises(PrivilegedAccessError):
+        run_episode(env, OraclePolicy(env), episode_id="page")
+    with pytest.raises(RuntimeError, match="needs its env"):
+        run_episode(_env(), OraclePolicy(), episode_id="page")
+
+
+@pytest.mark.parametrize("episode_id", ["elem", "page", "region"])
+def test_oracle_covers_gold_in_visual_mode(episode_id: str) -> None:
+    env = _env(budget={"k": 2})
+    base = run_episode(env, TopKPagePolicy(), episode_id=episode_id)
+    res = run_episode(env, OraclePolicy(env), episode_id=episode_id)
+    assert res.invalid == 0 and not res.errors
+    assert res.metrics["evidence_page_recall"] == 1.0, res.metrics
+    if episode_id == "region":  # the gold page is a candidate, not an entry page: the oracle fetches it
+        assert base.metrics["evidence_page_recall"] == 0.0 and res.metrics["pages_rendered"] == 3
+
+
+def test_oracle_stops_when_no_gold_is_in_the_slots() -> None:
+    """Greedy over the slots: with one entry page far from the gold, nothing gold is a candidate."""
+    env = _env(budget={"k": 1})
+    policy = OraclePolicy(env)
+    res = run_episode(env, policy, episode_id="elem")
+    assert res.decisions == 1 and policy.stats == {"stops_no_gold_in_slots": 1}
+
+
+def test_oracle_opens_gold_elements_in_text_mode() -> None:
+    env = _env(render_mode="text", budget={"k": 2})
+    policy = OraclePolicy(env)
+    res = run_episode(env, policy, episode_id="elem")
+    assert res.metrics["evidence_page_recall"] == 1.0
+    assert policy.stats.get("opens", 0) >= 1  # element gold is covered by an opened node in text mode
+    assert res.metrics["element_recall"] == 1.0, res.metrics
+
+
+def test_oracle_stops_at_once_without_gold() -> None:
+    env = _env()
+    policy = OraclePolicy(env)
+    res = run_episode(env, policy, episode_id="unans")
+    assert res.decisions == 1 and res.invalid == 0
+
+
+def test_oracle_spends_no_more_than_needed() -> None:
+    """Greedy covering: one gold page outside the entry pages costs exactly one activation."""
+    env = _env(budget={"k": 2})
+    policy = OraclePolicy(env)
+    run_episode(env, policy, episode_id="region")
+    assert policy.stats == {"activations": 1, "stops_all_covered": 1}
+
+
+def test_rows_are_marked_privileged() -> None:
+    assert OraclePolicy.privileged is True
+    assert privileged_row({"policy": "oracle", "recall": np.float64(1.0)})["privileged"] is True

@@ -1,4 +1,5 @@
-"""Train a learned controller (MaskablePPO over the slot observation) and evaluate it on held-out documents.
+"""Train a learned controller (slot-set network: imitation of the oracle and/or MaskablePPO) and evaluate it on
+held-out documents.
 
 Run (from the repo root; ``python -m experiments.train`` works the same):
 
@@ -7,19 +8,27 @@ Run (from the repo root; ``python -m experiments.train`` works the same):
     .venv/bin/python experiments/train.py dataset=mmlongbench seed=1 logger=none
     .venv/bin/python experiments/train.py -m seed=0,1,2          # three seeds (Hydra multirun)
     .venv/bin/python experiments/train.py dataset=synth dataset.root=... 'train.mix=[mmlongbench,financebench]'
+    .venv/bin/python experiments/train.py ... train.algo=dagger            # DAgger from the privileged oracle
+    .venv/bin/python experiments/train.py ... train.algo=dagger_ppo        # DAgger, then MaskablePPO fine-tuning
+    .venv/bin/python experiments/train.py ... train.init=outputs/train/<run>/checkpoint.zip   # start from weights
 
-The recipe is :func:`experiments.common.training.train` (train split, graphs,
-``n_envs`` oracle-reader envs, behaviour-cloning warm start from
-``train.bc.teacher``, PPO with periodic validation and model selection on the
-validation split, never on test). Options: ``train.*`` (conf/training/default.yaml),
+The recipes (``train.algo``: ppo, dagger, dagger_ppo) are in
+:func:`experiments.common.training.train` (train split, graphs, ``n_envs``
+oracle-reader envs in worker processes, behaviour-cloning warm start from
+``train.bc.teacher`` or DAgger rounds from the oracle, PPO with periodic
+validation and model selection on the validation split, never on test).
+Options: ``train.*`` (conf/training/default.yaml),
 the learner's ``policy.ppo.*`` (network and PPO hyperparameters under
 ``policy.ppo.train``), ``dataset.limit`` (training episodes).
 
 Writes into the run directory (``outputs/train/<dataset>__ppo__<seed>__<time>``):
-``checkpoint.zip`` (+ ``checkpoint.json``: algorithm, K, render mode, config) - the
+``checkpoint.zip`` (+ ``checkpoint.json``: algorithm, node features, observation keys,
+K, render mode, graph version, recipe, shaping, config) - the
 checkpoint with the best validation reward (``checkpoint_last.zip`` is the final
 one), ``results.json`` (documented shape: the selected policy on the validation
-episodes, with the checkpoint's path and sha256), ``learning_curve.json`` /
+episodes, with the checkpoint's path and sha256 and a ``training`` block: recipe,
+whether shaping was used, and for DAgger the teacher-student agreement and
+recall gap on validation; DAgger adds the oracle's own privileged row), ``learning_curve.json`` /
 ``learning_curve.png`` and ``train_summary.json``.
 """
 from __future__ import annotations
@@ -30,7 +39,7 @@ from omegaconf import DictConfig
 from experiments.common.config import exit_on_config_error, plain, quiet_libraries, run_dir
 from experiments.common.results import fmt
 from experiments.common.tracking import make_logger, run_name
-from experiments.common.training import LEARNER, check_config, train
+from experiments.common.training import check_config, recipe_of, train
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")
@@ -40,12 +49,13 @@ def main(cfg: DictConfig) -> None:
     out = run_dir()
     c = plain(cfg)
     check_config(c)  # a wrong option is one error before any work (or a W&B run) starts
-    logger = make_logger(c, run_name(c["dataset"]["name"], LEARNER, c.get("seed", 0)), "train", out)
+    logger = make_logger(c, run_name(c["dataset"]["name"], recipe_of(c["train"]), c.get("seed", 0)), "train", out)
     try:
         summary = train(c, out, logger)
     finally:
         logger.finish()
-    print(f"checkpoint: {summary['checkpoint']}  ({summary['steps_per_s']:.0f} steps/s; {summary['selection']})")
+    sps = f"{summary['steps_per_s']:.0f} steps/s; " if summary["steps_per_s"] else ""
+    print(f"checkpoint: {summary['checkpoint']}  ({sps}{summary['selection']})")
     if summary["final_eval"]:
         print({k: fmt(v) for k, v in summary["final_eval"].items()})
     print(f"results: {out / 'results.json'}")

@@ -5,13 +5,15 @@ and must be recomputable from a trace, so each is a small pure function of
 the gold, the rendered reader input and the episode counters.
 
 - **support** (oracle reader): the fraction of gold items covered by what the
-  reader receives. An item is covered when one of its nodes is opened, or,
-  in ``visual`` mode, when the page image of its page is sent; a page-level
-  item is also covered when any element of its page is opened. Unanswerable
-  episodes: support 1. Answerable episodes whose gold could not be placed on
-  the graph: support 0 (``gold_known`` is False in the metrics; such episodes
-  are flagged by the loaders and best left out of training). Answering
-  readers: support = ``mage_gym.scoring.score`` of the answer.
+  reader receives, under the one coverage rule of :mod:`mage_gym.coverage`
+  (page image, or an opened node: never a summary; on pages with
+  element-level gold, only the image or an opened gold element), the rule
+  page recall and ``evidence_all_covered`` use too. Unanswerable episodes:
+  support 1 (the reward needs a number; their evidence metrics are ``None``).
+  Answerable episodes whose gold could not be placed on the graph: support 0
+  (``gold_known`` is False in the metrics; such episodes are flagged by the
+  loaders and best left out of training). Answering readers: support =
+  ``mage_gym.scoring.score`` of the answer.
 - **noise**: tokens of rendered nodes that are not gold / all rendered tokens,
   when gold is known (else 0). A page node counts as gold when its page holds
   gold; an element when it belongs to a gold item or lies on a page-level gold
@@ -31,6 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mage_gym.coverage import Coverage, GoldLike, cover, state_masks
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.graph.graph import EvidenceGraph
@@ -70,32 +73,6 @@ def gold_known(gold: GoldEvidence) -> bool:
     return gold.level != "none" and len(gold.items) > 0
 
 
-def coverage(gold: GoldEvidence, opened: np.ndarray, page_images: np.ndarray, node_page: np.ndarray) -> np.ndarray:
-    """bool [n_items]: which gold items are covered.
-
-    ``opened``: bool [n_nodes] nodes sent with full content; ``page_images``:
-    bool [n_pages] pages sent as images.
-    """
-    n_items = len(gold.items)
-    out = np.zeros(n_items, dtype=bool)
-    if n_items == 0:
-        return out
-    n_pages = len(page_images)
-    opened_idx = np.flatnonzero(opened)
-    opened_on_page = np.zeros(n_pages, dtype=bool)
-    if len(opened_idx):
-        opened_on_page[node_page[opened_idx]] = True
-    for i, item in enumerate(gold.items):
-        p = gold.item_pages[i]
-        nodes = np.asarray(item, dtype=np.int64)
-        nodes = nodes[(nodes >= 0) & (nodes < len(opened))]
-        hit = bool(opened[nodes].any()) if len(nodes) else False
-        if 0 <= p < n_pages:
-            hit = hit or bool(page_images[p]) or (gold.item_is_page[i] and bool(opened_on_page[p]))
-        out[i] = hit
-    return out
-
-
 def rendered_masks(graph: EvidenceGraph, rendered: RenderedInput) -> tuple[np.ndarray, np.ndarray]:
     """(opened bool [n_nodes], page_images bool [n_pages]) from a rendered input."""
     idx = graph.index_of
@@ -106,19 +83,12 @@ def rendered_masks(graph: EvidenceGraph, rendered: RenderedInput) -> tuple[np.nd
     return opened, pages
 
 
-def state_masks(node_state: np.ndarray, n_pages: int, visual: bool) -> tuple[np.ndarray, np.ndarray]:
-    """What :func:`mage_gym.render.render` would send for this node-state table, without rendering."""
-    opened = node_state == 2
-    pages = (node_state[:n_pages] == 1) if visual else np.zeros(n_pages, dtype=bool)
-    return opened, pages
-
-
-def oracle_support(episode: Episode, gold: GoldEvidence, covered: np.ndarray) -> float:
+def oracle_support(episode: Episode, covered: Coverage) -> float:
+    """The oracle reader's support: covered gold share; 1 when unanswerable, 0 when no gold is known."""
     if not episode.answerable:
         return 1.0
-    if not gold_known(gold):
-        return 0.0
-    return float(covered.mean())
+    support = covered.support
+    return 0.0 if support is None else support
 
 
 def answer_support(episode: Episode, answer: str | None) -> float:
@@ -173,24 +143,26 @@ def total_reward(support: float, noise_value: float, cost_value: float, cfg: Rew
     return float(support - cfg.lambda_noise * noise_value - cfg.lambda_cost * cost_value)
 
 
-def potential(gold: GoldEvidence, node_state: np.ndarray, node_page: np.ndarray, n_pages: int, visual: bool,
+def potential(gold: GoldLike, node_state: np.ndarray, node_page: np.ndarray, n_pages: int, visual: bool,
               answerable: bool) -> float:
     """Shaping potential: gold coverage the current state would give (0 without gold)."""
     if not answerable or not gold_known(gold):
         return 0.0
     opened, pages = state_masks(node_state, n_pages, visual)
-    return float(coverage(gold, opened, pages, node_page).mean())
+    return cover(gold, opened, pages, node_page).support or 0.0
 
 
-def episode_metrics(graph: EvidenceGraph, gold: GoldEvidence, rendered: RenderedInput, covered: np.ndarray,
+def episode_metrics(graph: EvidenceGraph, gold: GoldEvidence, rendered: RenderedInput, covered: Coverage,
                     opened: np.ndarray | None = None, is_gold: np.ndarray | None = None) -> dict[str, Any]:
-    """Evidence metrics at the end of an episode (None where undefined)."""
+    """Evidence metrics at the end of an episode (None where undefined).
+
+    Page recall and all-covered come from ``covered`` (:func:`mage_gym.coverage.cover`),
+    the same rule as support, so a page whose only rendered node is a summary
+    is not recalled.
+    """
     known = gold_known(gold)
     idx = graph.index_of
     rendered_idx = np.fromiter((idx[nid] for nid in rendered.node_ids), dtype=np.int64, count=len(rendered.node_ids))
-    node_page = graph.node_page
-    rendered_pages = set(node_page[rendered_idx].tolist())
-    gold_pages = set(p for p in gold.pages if 0 <= p < graph.n_pages)
     if opened is None:
         opened, _ = rendered_masks(graph, rendered)
     if is_gold is None:
@@ -204,8 +176,8 @@ def episode_metrics(graph: EvidenceGraph, gold: GoldEvidence, rendered: Rendered
     n_page_nodes = int(np.sum(rendered_idx < graph.n_pages))
     return {
         "gold_known": known,
-        "evidence_page_recall": (len(rendered_pages & gold_pages) / len(gold_pages)) if gold_pages else None,
-        "evidence_all_covered": bool(covered.all()) if known else None,
+        "evidence_page_recall": covered.page_recall if known else None,
+        "evidence_all_covered": covered.all_covered if known else None,
         "element_recall": el_recall,
         "element_precision": float(is_gold[opened_el].mean()) if (known and len(opened_el)) else None,
         "pages_rendered": n_page_nodes,

@@ -18,6 +18,7 @@ POLICIES: dict[str, tuple[str, str]] = {
     "topk_page": ("policies.topk_page", "TopKPagePolicy"),
     "topk_text": ("policies.topk_text", "TopKTextPolicy"),
     "heuristic": ("policies.heuristic", "HeuristicPolicy"),
+    "graph_follower": ("policies.graph_follower", "GraphFollowerPolicy"),  # reads the env's public graph
     "llm_evaluator": ("policies.llm_evaluator", "LLMEvaluatorPolicy"),
     "ppo": ("policies.ppo", "PPOPolicy"),
     "oracle": ("policies.oracle", "OraclePolicy"),  # privileged: reads gold; an upper bound, never a baseline

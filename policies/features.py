@@ -34,6 +34,11 @@ class SlotView:
     links: np.ndarray  # int: number of edge kinds relating the node to the working set
     page_pos: np.ndarray  # float: page position in the document (equal for a page and its elements)
     page_activated: np.ndarray  # bool: the node's page is activated
+    page_best_rel: np.ndarray  # float: best element percentile on the node's page
+    cue_type: np.ndarray  # bool: the node's type (a page: one of its elements) matches the question's cues
+    cue_page: np.ndarray  # bool: the node's page prints a page label the question names
+    linker_rel: np.ndarray  # float: relevance (1 - rank / n) of the best working-set node linking to it
+    page_distance: np.ndarray  # float: log-scaled distance of its page to the nearest active page (0: on one)
     budget: np.ndarray  # float [4]: round activations, activations, opens, rounds left (normalised)
 
     @property
@@ -57,6 +62,11 @@ class SlotView:
             links=(nodes[:, _LINK_COLS] > 0.5).sum(axis=1),
             page_pos=nodes[:, _COL["page_position"]],
             page_activated=valid & (nodes[:, _COL["page_activated"]] > 0.5),
+            page_best_rel=np.where(valid, nodes[:, _COL["page_best_element_rel"]], 0.0),
+            cue_type=valid & (nodes[:, _COL["cue_type_match"]] > 0.5),
+            cue_page=valid & (nodes[:, _COL["cue_page_label"]] > 0.5),
+            linker_rel=np.where(valid, nodes[:, _COL["linker_rel"]], 0.0),
+            page_distance=np.where(valid, nodes[:, _COL["active_page_distance"]], 1.0),
             budget=np.asarray(obs["budget"], dtype=np.float32),
         )
 

@@ -12,10 +12,19 @@ Each step, in this order (first rule that applies wins):
    while more than ``min_pages`` pages are active, is pruned (weakest first);
 2. **open**: the most relevant activated element at or above
    ``open_min_rel`` is opened (until ``max_opens``);
-3. **expand**: the unvisited candidate with the best score = relevance +
-   ``link_bonus`` x (number of edge kinds linking it to the working set) is
-   activated, if its relevance reaches ``expand_min_rel`` (elements) or
-   ``page_min_rel`` (pages: a page costs far more reader tokens). With
+3. **expand**: the unvisited candidate with the best score is activated if
+   eligible. Its *effective relevance* is its relevance plus ``cue_bonus``
+   when its type matches the question's cues (a chart question and a chart,
+   or a page holding one); the score adds ``link_bonus`` x (number of edge
+   kinds linking it to the working set), ``linker_weight`` x the relevance
+   of the best working-set node linking to it, minus ``distance_penalty`` x
+   its page's (log-scaled) distance to the nearest active page. Eligible:
+   an element whose effective relevance reaches ``expand_min_rel``; a page
+   whose effective relevance reaches ``page_min_rel`` (a page costs far more
+   reader tokens), or whose best element reaches ``page_best_min_rel`` (the
+   page-level score missed a strong element), or, with
+   ``follow_page_labels``, whose header/footer prints a page number the
+   question names ("page 12"): such pages go first. With
    ``max_pages`` set, a candidate that would add a page beyond it first
    swaps out the weakest active page without a strong element (a page image
    costs ~1,000 reader tokens in ``visual`` mode, so the page count is kept);
@@ -23,10 +32,15 @@ Each step, in this order (first rule that applies wins):
    impossible once the budget is spent, which also ends in stop.
 
 Relevance is the observation's fused percentile: within pages for pages and
-within elements for elements. Defaults equal ``conf/policy/heuristic.yaml``,
-chosen on training documents only (see README): there, in ``visual`` mode,
-opening (page images already carry the content) and pruning (it dropped gold
-entry pages) lowered the reward, so both are off; they remain available.
+within elements for elements. The question-aware columns are the
+observation's (``mage_gym.env.question_cues``); nothing here reads gold.
+Defaults equal ``conf/policy/heuristic.yaml``, chosen on training documents
+only (see README): there, in ``visual`` mode, opening (page images already
+carry the content) and pruning (it dropped gold entry pages) lowered the
+reward, so both are off; they remain available. The page rules
+(``page_min_rel``, ``page_best_min_rel``, ``follow_page_labels``) and the
+zero weights were chosen by ``experiments/tune_heuristic.py`` on dev
+train/val splits at equal tokens against topk_page.
 """
 from __future__ import annotations
 
@@ -42,13 +56,15 @@ from policies.features import SlotView, action_of, best_slot, op_mask
 class HeuristicPolicy(BasePolicy):
     name = "heuristic"
 
-    def __init__(self, expand_min_rel: float = 0.995, page_min_rel: float = 0.95, open_min_rel: float = 1.01,
+    def __init__(self, expand_min_rel: float = 0.995, page_min_rel: float = 0.98, open_min_rel: float = 1.01,
                  prune_max_rel: float = 0.0, min_pages: int = 2, max_opens: int | None = None,
                  link_bonus: float = 0.02, max_pages: int | None = None, render_mode: str | None = None,
-                 **kw: Any) -> None:
+                 page_best_min_rel: float = 0.998, cue_bonus: float = 0.0, linker_weight: float = 0.0,
+                 distance_penalty: float = 0.0, follow_page_labels: bool = True, **kw: Any) -> None:
         super().__init__(render_mode=render_mode, **kw)
         for name, value in (("expand_min_rel", expand_min_rel), ("page_min_rel", page_min_rel),
-                            ("open_min_rel", open_min_rel), ("prune_max_rel", prune_max_rel)):
+                            ("open_min_rel", open_min_rel), ("prune_max_rel", prune_max_rel),
+                            ("page_best_min_rel", page_best_min_rel)):
             if not 0.0 <= float(value) <= 1.01:
                 raise ValueError(f"{name} must be a percentile in [0, 1], got {value}")
         if min_pages < 0:
@@ -63,6 +79,15 @@ class HeuristicPolicy(BasePolicy):
         self.min_pages = int(min_pages)
         self.max_opens = max_opens
         self.link_bonus = float(link_bonus)
+        self.page_best_min_rel = float(page_best_min_rel)
+        for name, value in (("cue_bonus", cue_bonus), ("linker_weight", linker_weight),
+                            ("distance_penalty", distance_penalty)):
+            if float(value) < 0.0:
+                raise ValueError(f"{name} must be >= 0, got {value}")
+        self.cue_bonus = float(cue_bonus)
+        self.linker_weight = float(linker_weight)
+        self.distance_penalty = float(distance_penalty)
+        self.follow_page_labels = bool(follow_page_labels)
         self._opens = 0
 
     def reset(self, env_info: EnvInfo) -> None:
@@ -83,9 +108,13 @@ class HeuristicPolicy(BasePolicy):
                 self._opens += 1
                 self.count("opens")
                 return action_of(Op.OPEN_NODE, slot, K)
-        score = v.rel + self.link_bonus * v.links
-        el_ok = op_mask(mask, Op.ACTIVATE_NODE, K) & (v.rel >= self.expand_min_rel)
-        page_ok = op_mask(mask, Op.ACTIVATE_PAGE, K) & v.is_page & (v.rel >= self.page_min_rel)
+        eff = v.rel + self.cue_bonus * v.cue_type
+        labelled = v.cue_page & v.is_page if self.follow_page_labels else np.zeros(K, dtype=bool)
+        score = (eff + self.link_bonus * v.links + self.linker_weight * v.linker_rel
+                 - self.distance_penalty * v.page_distance + 2.0 * labelled)
+        el_ok = op_mask(mask, Op.ACTIVATE_NODE, K) & ~v.is_page & (eff >= self.expand_min_rel)
+        page_ok = op_mask(mask, Op.ACTIVATE_PAGE, K) & v.is_page & (
+            (eff >= self.page_min_rel) | (v.page_best_rel >= self.page_best_min_rel) | labelled)
         slot = best_slot(score, el_ok | page_ok)
         if slot is not None:
             adds_page = bool(v.is_page[slot] or not v.page_activated[slot])

@@ -10,21 +10,33 @@ every row it produces says ``"privileged": true``.
 
 Greedy, one decision at a time (first rule that applies wins):
 
-1. **open** (text mode, element gold): an activated gold element of an
-   uncovered item is opened (the reader gets its full text);
+1. **open** (text mode): an activated gold element of an uncovered item is
+   opened (the reader gets its full text); for an uncovered page-level item,
+   an activated element of its page;
 2. **activate** a slot that is itself gold for an uncovered item (a gold page:
    ActivatePage; a gold element: ActivateNode, which brings its page);
 3. **activate** the page of an uncovered item through a slot on that page
-   (its page node first, else any unvisited element of it);
+   (its page node first, else any unvisited element of it); in text mode an
+   active page of an uncovered page-level item gets an element activated
+   (to be opened by rule 1: a page's summary covers nothing);
 4. **activate** a gold element of an already covered item when it is still
    unvisited (its page is active, so it costs one activation but no page):
    the element's own relations then bring their neighbours into the
    frontier, which is how the second hop of a multi-hop question appears;
-5. otherwise **stop**: no gold left in the slots.
+5. **make room**: when gold is still uncovered, none of it is in the slots
+   and every slot is taken (the relevance-ranked frontier was cut at ``K``),
+   prune the least relevant active page that holds no gold. Pruning is free
+   and only drops non-gold nodes, but it takes that page's elements and
+   neighbours out of the frontier, so nodes the cut hid move up: a
+   low-relevance second hop linked from the first (a ``reference`` target
+   shares no words with the question) would otherwise never reach a slot;
+6. otherwise **stop**: no gold left in the slots.
 
-An item counts as covered when the reader gets its content: its page is
-active in ``visual`` mode; in ``text`` mode, an opened gold element (element
-gold) or the active page (page-level gold). Because it is greedy and never
+An item counts as covered by the env's own rule (:func:`mage_gym.coverage.cover`,
+the rule of support, page recall and all-covered): the reader gets its page
+image (an active page in ``visual`` mode) or the full text of an opened gold
+element (element gold) or of any opened element on its page (page-level
+gold). Because it is greedy and never
 looks beyond the slots, its recall is a lower bound on what the best
 controller reaches; multi-hop questions still work because covering the first
 hop's gold brings the second hop's nodes into the frontier.
@@ -35,9 +47,10 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mage_gym.coverage import cover
 from mage_gym.env import Op
 from policies.base import BasePolicy, EnvInfo
-from policies.features import SlotView, action_of, op_mask
+from policies.features import SlotView, action_of, best_slot, op_mask
 
 
 class OraclePolicy(BasePolicy):
@@ -91,20 +104,21 @@ class OraclePolicy(BasePolicy):
         can_page = op_mask(mask, Op.ACTIVATE_PAGE, K)
         slot_of = {int(n): s for s, n in enumerate(slots.tolist()) if n >= 0}
 
-        uncovered = [(item, page, is_page) for item, page, is_page
-                     in zip(view.items, view.item_pages, view.item_is_page)
-                     if not self._covered(item, page, is_page, active_pages, opened)]
+        covered = self._covered(view, opened, active_pages)
+        uncovered = [(item, page, is_page) for item, page, is_page, c
+                     in zip(view.items, view.item_pages, view.item_is_page, covered) if not c]
         if not uncovered:
             self.count("stops_all_covered")
             return 0
         text = self._mode == "text"
+        can_still_open = float(np.asarray(obs["budget"])[2]) > 0  # opens left (the budget vector's third entry)
         if text:  # rule 1
-            for item, _, is_page in uncovered:
-                for n in item:
-                    s = slot_of.get(int(n))
-                    if s is not None and not is_page and can_open[s]:
-                        self.count("opens")
-                        return action_of(Op.OPEN_NODE, s, K)
+            for item, page, is_page in uncovered:
+                cands = np.flatnonzero(can_open & (spage == page)).tolist() if is_page else \
+                    [s for n in item if (s := slot_of.get(int(n))) is not None and can_open[s]]
+                if cands:
+                    self.count("opens")
+                    return action_of(Op.OPEN_NODE, cands[0], K)
         for item, _, _ in uncovered:  # rule 2
             for n in item:
                 s = slot_of.get(int(n))
@@ -116,11 +130,13 @@ class OraclePolicy(BasePolicy):
                 if int(n) >= self._n_pages and can_node[s]:
                     self.count("activations")
                     return action_of(Op.ACTIVATE_NODE, s, K)
-        for _, page, _ in uncovered:  # rule 3
-            if page in active_pages:
+        for _, page, is_page in uncovered:  # rule 3
+            if page in active_pages and not (text and is_page and can_still_open):
                 continue
             on_page = np.flatnonzero(valid & (spage == page))
-            for s in sorted(on_page.tolist(), key=lambda s: (not v.is_page[s], s)):
+            # text mode, page-level gold: an element first (it brings its page; opened, it gives full text)
+            elements_first = text and is_page
+            for s in sorted(on_page.tolist(), key=lambda s: (bool(v.is_page[s]) == elements_first, s)):
                 if v.is_page[s] and can_page[s]:
                     self.count("activations")
                     return action_of(Op.ACTIVATE_PAGE, s, K)
@@ -133,14 +149,29 @@ class OraclePolicy(BasePolicy):
                 if s is not None and int(n) >= self._n_pages and can_node[s]:
                     self.count("activations_gold_links")
                     return action_of(Op.ACTIVATE_NODE, s, K)
+        if valid.all():  # rule 5: the frontier was cut at K; drop a non-gold page to let hidden nodes up
+            gold_pages = {int(p) for p in view.item_pages} | {int(p) for p in view.pages}
+            can_prune = op_mask(mask, Op.PRUNE, K) & v.is_page & ~np.isin(spage, list(gold_pages))
+            s = best_slot(-v.rel, can_prune)
+            if s is not None:
+                self.count("prunes_to_make_room")
+                return action_of(Op.PRUNE, s, K)
         self.count("stops_no_gold_in_slots")
         return 0
 
-    def _covered(self, item: tuple[int, ...], page: int, is_page: bool, active_pages: set[int],
-                 opened: set[int]) -> bool:
-        if self._mode == "text" and not is_page:
-            return any(int(n) in opened for n in item)
-        return page in active_pages
+    def _covered(self, view: Any, opened: set[int], active_pages: set[int]) -> np.ndarray:
+        """bool per gold item: what the reader would get now, by the env's rule (:func:`mage_gym.coverage.cover`).
+
+        Gold outside the graph counts as covered here: nothing in the slots can reach it.
+        """
+        node_page = self._node_page
+        opened_mask = np.zeros(len(node_page), dtype=bool)
+        opened_mask[[n for n in opened if n >= 0]] = True
+        images = np.zeros(self._n_pages, dtype=bool)
+        if self._mode == "visual":
+            images[list(active_pages)] = True
+        cov = cover(view, opened_mask, images, node_page)
+        return cov.items | ~cov.item_counted
 
 
 def privileged_row(row: Mapping[str, Any]) -> dict[str, Any]:

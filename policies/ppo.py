@@ -8,9 +8,14 @@ SB3 algorithms plug in by name (:data:`ALGOS`: ``ppo``, ``a2c`` train without
 masks - invalid actions are no-ops with an error - and act with the mask
 applied to their action probabilities).
 
-A checkpoint is SB3's ``.zip`` plus a ``.json`` sidecar (algorithm, K, the
-observation keys, training config) so ``policy.ppo.checkpoint=PATH`` restores the
-right class and refuses an environment with another K.
+A checkpoint is SB3's ``.zip`` plus a ``.json`` sidecar (:func:`save_checkpoint`):
+the algorithm, and what the network's inputs meant when it was trained -
+``NODE_FEATURES`` by name, the observation keys, K, the render mode and the
+graph version. Why by name: a network reads feature columns by position, so a
+checkpoint trained before a feature was added or moved would act on shifted
+columns without any error. Loading refuses such a checkpoint with a
+:class:`CheckpointMismatch` that names each difference (:func:`check_sidecar`);
+``allow_mismatch=[field, ...]`` accepts named differences on purpose.
 """
 from __future__ import annotations
 
@@ -20,6 +25,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mage_gym.env import NODE_FEATURES
 from policies.base import BasePolicy, EnvInfo
 
 #: algorithm name -> (module, class, uses masks)
@@ -55,14 +61,38 @@ def build_model(env: Any, algo: str = "maskable_ppo", seed: int = 0, net: Mappin
                policy_kwargs=policy_kwargs, **dict(hparams or {}))
 
 
+#: sidecar format; v2 records what the inputs meant (node features, observation keys, graph version)
+SIDECAR_FORMAT = "mage-gym-policy-v2"
+#: sidecar fields a checkpoint must agree on with the code / env that loads it
+SIDECAR_FIELDS: tuple[str, ...] = ("node_features", "observation_keys", "K", "render_mode", "graph_version")
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint was trained on inputs other than the ones it would now get (the message names each)."""
+
+
+def current_graph_version() -> str:
+    from mage_gym.graph.store import GRAPH_VERSION
+
+    return str(GRAPH_VERSION)
+
+
 def save_checkpoint(model: Any, path: str | Path, algo: str, K: int, extra: Mapping[str, Any] | None = None) -> Path:
-    """Write ``path`` (.zip) and its ``.json`` sidecar; returns the zip path."""
+    """Write ``path`` (.zip) and its ``.json`` sidecar; returns the zip path.
+
+    The sidecar records the feature names of this code, the model's
+    observation keys, K, the render mode (``extra["render_mode"]``, else
+    null) and the graph version, so a later load can tell what changed.
+    """
     path = Path(path)
     if path.suffix != ".zip":
         path = path.with_suffix(".zip")
     path.parent.mkdir(parents=True, exist_ok=True)
     model.save(str(path))
-    meta = {"algo": algo, "K": int(K), "format": "mage-gym-policy-v1", **dict(extra or {})}
+    extra = dict(extra or {})
+    meta = {"algo": algo, "K": int(K), "format": SIDECAR_FORMAT, "node_features": list(NODE_FEATURES),
+            "observation_keys": sorted(model.observation_space.spaces), "render_mode": extra.pop("render_mode", None),
+            "graph_version": current_graph_version(), **extra}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=str))
     return path
 
@@ -70,6 +100,58 @@ def save_checkpoint(model: Any, path: str | Path, algo: str, K: int, extra: Mapp
 def read_meta(path: str | Path) -> dict[str, Any]:
     side = Path(path).with_suffix(".json")
     return json.loads(side.read_text()) if side.is_file() else {}
+
+
+def _feature_difference(saved: list[str], now: list[str]) -> str:
+    added, removed = [f for f in now if f not in saved], [f for f in saved if f not in now]
+    parts = [f"{len(saved)} features in the checkpoint, {len(now)} now"]
+    if added:
+        parts.append(f"added {added}")
+    if removed:
+        parts.append(f"removed {removed}")
+    if not added and not removed:
+        first = next(i for i, (a, b) in enumerate(zip(saved, now)) if a != b)
+        parts.append(f"same names, other order from column {first} ({saved[first]!r} vs {now[first]!r})")
+    return "; ".join(parts)
+
+
+def check_sidecar(meta: Mapping[str, Any], *, K: int | None = None, render_mode: str | None = None,
+                  observation_keys: Any = None, allow: Any = (), source: str = "checkpoint") -> None:
+    """Raise :class:`CheckpointMismatch` naming every field of ``meta`` that differs from what loads it.
+
+    Always compared: ``node_features`` (this code's :data:`NODE_FEATURES`) and
+    ``graph_version``; ``K``, ``render_mode`` and ``observation_keys`` when
+    given. A field in ``allow`` is not compared. A sidecar without these
+    fields (written before format v2) fails: nothing says what its inputs meant.
+    """
+    allow = set(allow or ())
+    unknown = allow - set(SIDECAR_FIELDS)
+    if unknown:
+        raise ValueError(f"allow_mismatch: unknown fields {sorted(unknown)}; expected some of {list(SIDECAR_FIELDS)}")
+    want: dict[str, Any] = {"node_features": list(NODE_FEATURES), "graph_version": current_graph_version()}
+    if K is not None:
+        want["K"] = int(K)
+    if render_mode is not None:
+        want["render_mode"] = render_mode
+    if observation_keys is not None:
+        want["observation_keys"] = sorted(observation_keys)
+    problems = []
+    for field, now in want.items():
+        if field in allow:
+            continue
+        if field not in meta:
+            problems.append(f"{field}: not recorded in the sidecar (written before {SIDECAR_FORMAT}); now {now!r}")
+            continue
+        saved = meta[field]
+        if field == "node_features" and list(saved) != now:
+            problems.append("node_features: " + _feature_difference(list(saved), now))
+        elif field == "observation_keys" and sorted(saved) != now:
+            problems.append(f"observation_keys: checkpoint {sorted(saved)} vs now {now}")
+        elif field not in ("node_features", "observation_keys") and str(saved) != str(now):
+            problems.append(f"{field}: {field}={saved!r} in the checkpoint, {field}={now!r} now")
+    if problems:
+        raise CheckpointMismatch(f"{source} does not match: " + " | ".join(problems)
+                                 + " (retrain it, or accept a difference on purpose with allow_mismatch=[field])")
 
 
 class PPOPolicy(BasePolicy):
@@ -84,13 +166,15 @@ class PPOPolicy(BasePolicy):
 
     def __init__(self, checkpoint: str | None = None, model: Any = None, algo: str | None = None,
                  deterministic: bool = True, device: str = "cpu", render_mode: str | None = None,
-                 train: Mapping[str, Any] | None = None, **kw: Any) -> None:
+                 train: Mapping[str, Any] | None = None, allow_mismatch: Any = (), **kw: Any) -> None:
         super().__init__(render_mode=render_mode, **kw)
         self.train_cfg = dict(train or {})  # training settings (experiments/train.py); unused when acting
         if model is None and not checkpoint:
             raise ValueError("ppo needs policy.ppo.checkpoint=PATH (train one with experiments/train.py)")
         self.checkpoint = checkpoint
         self.meta: dict[str, Any] = {}
+        self.allow_mismatch = tuple(allow_mismatch or ())
+        self._keys_checked = False
         if model is None:
             path = Path(str(checkpoint)).expanduser()
             if path.suffix != ".zip" and path.with_suffix(".zip").is_file():
@@ -98,6 +182,8 @@ class PPOPolicy(BasePolicy):
             if not path.is_file():
                 raise FileNotFoundError(f"no checkpoint at {path}")
             self.meta = read_meta(path)
+            # features, graph version and an explicitly asked render mode: before the weights are read
+            check_sidecar(self.meta, render_mode=render_mode, allow=self.allow_mismatch, source=f"checkpoint {path}")
             if render_mode is None and self.meta.get("render_mode") in ("visual", "text"):
                 self.render_mode = self.meta["render_mode"]
             algo = algo or self.meta.get("algo", "maskable_ppo")
@@ -111,14 +197,21 @@ class PPOPolicy(BasePolicy):
 
     def reset(self, env_info: EnvInfo) -> None:
         super().reset(env_info)
-        K = self.meta.get("K")
-        if K is not None and int(K) != env_info.K:
-            raise ValueError(f"checkpoint was trained with K={K} slots but the environment has K={env_info.K}")
+        if self.meta:  # K and the env's render mode (the checkpoint's inputs were built for both)
+            check_sidecar(self.meta, K=env_info.K, render_mode=env_info.render_mode,
+                          allow=(*self.allow_mismatch, "node_features", "graph_version"),
+                          source=f"checkpoint {self.checkpoint}")
         if env_info.seed is not None:
             self.rng = np.random.default_rng(env_info.seed)
 
     def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> int:
         mask = np.asarray(mask, dtype=bool)
+        if self.meta and not self._keys_checked:  # the env's observation keys, once (known at the first act)
+            used = [k for k in obs if k in self.model.observation_space.spaces]  # extra keys (text) are ignored
+            check_sidecar(self.meta, observation_keys=used,
+                          allow=(*self.allow_mismatch, "node_features", "graph_version"),
+                          source=f"checkpoint {self.checkpoint}")
+            self._keys_checked = True
         if self.masked:
             action, _ = self.model.predict(dict(obs), action_masks=mask, deterministic=self.deterministic)
             return int(np.asarray(action).reshape(-1)[0])

@@ -45,6 +45,8 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
     get = env.get_wrapper_attr  # reaches the env's methods through any wrappers (the outermost one wins)
     options = {"episode_id": episode_id} if episode_id is not None else None
     obs, info = env.reset(seed=seed, options=options)
+    if getattr(policy, "needs_env", False):  # reads the env's public graph and slots (graph_follower)
+        policy.bind(env)  # (the privileged oracle is never bound here: binding it stays a deliberate act)
     policy.reset(EnvInfo.from_env(env, seed=seed))
     budget = get("budget")
     action_masks, text_view, submit_round = get("action_masks"), get("text_view"), get("submit_round")

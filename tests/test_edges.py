@@ -46,7 +46,7 @@ def report_doc() -> ParsedDocument:
     ])
     p2 = ParsedPage(index=2, width=W, height=H, elements=[
         el("title", .1, .05, .9, .10, "Outlook", heading_level=1),
-        el("paragraph", .1, .12, .9, .30, "Next year we expect steady growth."),
+        el("paragraph", .1, .12, .9, .30, "Next year we expect steady growth, as Figure 1 suggests."),
         el("paragraph", .1, .32, .9, .35, "   "),  # empty: dropped
         el("figure", .2, .40, .8, .80, "map legend north south"),
     ])
@@ -56,6 +56,13 @@ def report_doc() -> ParsedDocument:
 @pytest.fixture(scope="module")
 def graph():
     return build_from_parsed(report_doc(), SRC, "rep", encoder=HashingEncoder())
+
+
+def test_reference_joins_a_mention_to_the_caption_it_names(graph):
+    refs = edges_of(graph, "reference")
+    assert [(s, d, lab) for s, d, lab, _ in refs] == [(idx(graph, 2, 1), idx(graph, 0, 5), "figure")]
+    off = build_from_parsed(report_doc(), SRC, "rep", encoder=HashingEncoder(), edge_cfg={"references": False})
+    assert off.edge_counts()["reference"] == 0  # the paper's five relations only
 
 
 def edges_of(g, kind):

@@ -55,30 +55,85 @@ def test_grid_recall_equals_recall_of_library_rrf(window: bool) -> None:
             assert got[kk] == pytest.approx(want, abs=1e-12)
 
 
-def test_selection_prefers_the_setting_that_wins_on_train() -> None:
-    """Gold always ranks first in page_dense and low elsewhere: the chosen fusion must lean on page_dense."""
+def _planted(rng: np.random.Generator, n: int, winner: str) -> list[eq.QuestionScores]:
+    """Questions whose single gold page ranks first in ``winner`` ("page_dense" or "elements") and last elsewhere."""
+    qs = []
+    for i in range(n):
+        q = _question(rng, 30, i)
+        g = q.gold[0]
+        q.gold = (g,)
+        for ch in ("bm25", "dense", "page_dense"):
+            wins = (ch == "page_dense") == (winner == "page_dense")
+            q.scores[ch][g] = 10.0 if wins else -5.0
+        qs.append(q)
+    return qs
+
+
+def test_selection_pools_questions_and_refuses_a_loss_on_any_train_split() -> None:
+    """A big dataset where page_dense finds gold and a small one where only bm25/dense do.
+
+    Pure page_dense has the best recall on the big set but loses the small set's questions: inadmissible.
+    The chosen setting must be admissible and the best admissible one by recall@5 pooled over questions.
+    """
     rng = np.random.default_rng(5)
-    data = {}
-    for ds in ("a", "b"):
-        splits = {}
-        for split in ("train", "val"):
-            qs = []
-            for i in range(20):
-                q = _question(rng, 30, i)
-                g = q.gold[0]
-                q.gold = (g,)
-                q.scores["page_dense"][g] = 10.0
-                q.scores["bm25"][g] = q.scores["dense"][g] = -5.0
-                qs.append(q)
-            splits[split] = qs
-        data[ds] = splits
-    sel = eq.select_fusion(data, argparse.Namespace(ks=(1, 3, 5, 10)))
-    chosen = sel["chosen"]["weights"]
-    assert chosen["page_dense"] > 0 and chosen["page_dense"] >= 2 * max(chosen["bm25"], chosen["dense"])
-    assert sel["top"][0]["train_recall5_mean"] == 1.0
-    assert sel["train_datasets"] == {"a": 20, "b": 20}
-    assert set(sel["per_dataset_best_on_train"]) == {"a", "b"}
-    assert sel["shared_val_recall"]["a"]["5"] == 1.0
+    data = {"big": {"train": _planted(rng, 40, "page_dense"), "val": _planted(rng, 20, "page_dense")},
+            "small": {"train": _planted(rng, 4, "elements"), "val": _planted(rng, 4, "elements")}}
+    args = argparse.Namespace(ks=(1, 3, 5, 10))
+    sel = eq.select_fusion(data, args)
+    assert sel["train_questions"] == {"big": 40, "small": 4} and sel["val_questions"] == {"big": 20, "small": 4}
+    train = {ds: eq.RankCache(sp["train"], eq.GRID_CHANNELS) for ds, sp in data.items()}
+    ref = {ds: eq._recall_sums(rc, eq.REFERENCE, args.ks) for ds, rc in train.items()}
+    rows = [eq.evaluate_setting(train, s, args.ks, ref) for s in eq.grid_settings()]
+    assert sel["grid"]["settings"] == len(rows) and len({(tuple(r["weights"].values()), r["k"]) for r in rows}) == len(rows)
+    page_only = next(r for r in rows if r["weights"] == {"bm25": 0.0, "dense": 0.0, "page_dense": 1.0})
+    assert page_only["recall5"]["big"] == 1.0 and page_only["loss5_questions"]["small"] > 1.0
+    assert not page_only["admissible"]
+    chosen = sel["chosen_train"]
+    assert chosen["admissible"] and all(v <= 1.0 + 1e-9 for v in chosen["loss5_questions"].values())
+    assert chosen["pooled_recall5"] == max(r["pooled_recall5"] for r in rows if r["admissible"])
+    assert chosen["pooled_recall5"] == pytest.approx(
+        (40 * chosen["recall5"]["big"] + 4 * chosen["recall5"]["small"]) / 44)
+    assert sel["chosen"]["weights"]["page_dense"] > 0  # the reference alone misses the big set's gold
+    assert sel["reference"]["train"]["loss5_questions"] == {"big": 0.0, "small": 0.0}
+    assert chosen["pooled_recall5"] > sel["reference"]["train"]["pooled_recall5"]
+    assert sel["chosen_val"] is not None and sel["val_confirms"] in (True, False)
+    assert set(sel["per_dataset_best_on_train"]) == {"big", "small"}
+    results = json.loads(json.dumps({"command": "c", "date": "d", "commit": "x", "runs": [],
+                                     "config": {"ks": [1, 3, 5, 10], "parser": "fast", "note": "seen"},
+                                     "selection": sel}))
+    md = eq.markdown(results)
+    assert f"Chosen: weights {sel['chosen']['weights']}, k {sel['chosen']['k']}" in md
+    assert "Note: seen" in md and f"| chosen | {chosen['pooled_recall5']:.3f} (big " in md
+
+
+def test_reference_is_the_hybrid_elements_preset_and_presets_compare_up_to_scale() -> None:
+    from mage_gym.retrieval import HYBRID_PRESETS
+
+    assert eq.same_fusion(HYBRID_PRESETS["hybrid_elements"], eq.REFERENCE)
+    preset = {"components": ["bm25", "dense", "page_dense"], "k": 30.0,
+              "weights": {"bm25": 2.0, "dense": 1.0, "page_dense": 4.0}}
+    assert eq.same_fusion(preset, {"weights": {"bm25": 0.5, "dense": 0.25, "page_dense": 1.0}, "k": 30.0})
+    assert not eq.same_fusion(preset, {"weights": {"bm25": 0.5, "dense": 0.25, "page_dense": 1.0}, "k": 60.0})
+    assert not eq.same_fusion(preset, {"weights": {"bm25": 1.0, "dense": 0.25, "page_dense": 1.0}, "k": 30.0})
+
+
+def test_issue_bar_needs_the_better_single_channel_and_page_dense_on_financebench() -> None:
+    def row(ds: str, ch: str, r5: float, split: str = "test") -> dict:
+        return {"dataset": ds, "split": split, "channel": ch, "metrics": {"R@5": r5}}
+
+    runs = [row("mmlongbench", "hybrid_elements", 0.70), row("mmlongbench", "page_text", 0.60),
+            row("mmlongbench", "page_dense", 0.90), row("mmlongbench", "hybrid_pages", 0.70),
+            row("mmlongbench", "hybrid_pages", 0.10, split="train"),
+            row("financebench", "hybrid_elements", 0.30), row("financebench", "page_text", 0.40),
+            row("financebench", "page_dense", 0.50), row("financebench", "hybrid_pages", 0.45),
+            {"dataset": "longdocurl", "split": "test", "channel": None, "metrics": {"questions": 0}}]
+    bar = eq.issue_bar(runs)
+    assert set(bar) == {"mmlongbench", "financebench"}
+    assert bar["mmlongbench"]["met"] and bar["mmlongbench"]["needed"] == 0.70  # page_dense alone is no rival here
+    assert not bar["financebench"]["met"] and bar["financebench"]["needed"] == 0.50
+    md = eq.markdown({"command": "c", "date": "d", "commit": "x", "runs": [], "issue_bar": bar,
+                      "config": {"ks": [5], "parser": "fast"}})
+    assert "- financebench: hybrid_pages 0.450, needed 0.500 (" in md and md.count("NOT met") == 1
 
 
 def test_rows_and_markdown_come_from_the_results_file() -> None:

@@ -117,7 +117,17 @@ def build(name: str, env: gym.Env):
     return get_policy(name)
 
 
-@pytest.mark.parametrize("name", ["random", "topk_page", "topk_text", "heuristic", "llm_evaluator", "ppo"])
+def _non_privileged() -> list[str]:
+    """Every registered policy that does not declare itself privileged (new policies join automatically)."""
+    import importlib
+
+    from policies import POLICIES
+
+    return [n for n, (mod, cls) in sorted(POLICIES.items())
+            if not getattr(getattr(importlib.import_module(mod), cls), "privileged", False)]
+
+
+@pytest.mark.parametrize("name", _non_privileged())
 def test_every_non_privileged_policy_completes_without_reading_gold(name, pairs, reward_gate, tmp_path):
     env = make(pairs, text_view_in_info=True, trace_path=str(tmp_path / "t.jsonl"))
     policy = build(name, env)

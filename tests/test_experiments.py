@@ -300,7 +300,7 @@ def test_train_without_validation_fails_unless_allowed(pairs, tmp_path) -> None:
     cfg["train"]["bc"]["enabled"] = False
     summary = train(cfg, tmp_path, train_episodes=pairs, val_episodes=[])
     assert summary["selection"] == "last (no validation)" and summary["selected_timesteps"] is None
-    assert json.loads((tmp_path / "results.json").read_text()) == {"runs": []}
+    assert json.loads((tmp_path / "results.json").read_text()) == {"schema_version": R.SCHEMA_VERSION, "runs": []}
 
 
 # --- real entry points on a tiny generated corpus ------------------------------------------------

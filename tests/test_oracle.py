@@ -54,6 +54,17 @@ def test_oracle_opens_gold_elements_in_text_mode() -> None:
     assert res.metrics["element_recall"] == 1.0, res.metrics
 
 
+def test_oracle_opens_an_element_of_page_level_gold_in_text_mode() -> None:
+    """Text mode: an active page is only its summary, which covers nothing; the oracle opens an element of it."""
+    env = _env(render_mode="text", budget={"k": 8})  # every page is an entry page
+    policy = OraclePolicy(env)
+    res = run_episode(env, policy, episode_id="page")
+    assert res.invalid == 0 and policy.stats.get("opens", 0) == 1 and policy.stats.get("stops_all_covered") == 1
+    assert res.metrics["evidence_page_recall"] == 1.0 and res.components["support"] == 1.0
+    base = run_episode(env, TopKPagePolicy(), episode_id="page")  # the same pages, nothing opened
+    assert base.metrics["evidence_page_recall"] == 0.0 and base.components["support"] == 0.0
+
+
 def test_oracle_stops_at_once_without_gold() -> None:
     env = _env()
     policy = OraclePolicy(env)

@@ -228,3 +228,13 @@ print("ok")
 """
     proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("ok"), proc.stderr[-2000:]
+
+
+def test_a_worker_with_other_builder_code_is_refused(cluster, corpus, tmp_path) -> None:
+    import experiments.common.distributed.build as B
+    from experiments.common.distributed.episodes import release_actors
+
+    release_actors()  # pooled episode actors of earlier tests hold the CPUs
+    ref = ray.remote(B._build_task).remote(pdfs(corpus)[0], {}, {}, 1, "not-a-version")
+    with pytest.raises(Exception, match="graph version"):
+        ray.get(ref)

@@ -1,10 +1,11 @@
-"""Reward parts: oracle coverage rules, support, noise, cost, the total, shaping, answering readers."""
+"""Reward parts: oracle support, noise, cost, the total, shaping, answering readers."""
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
 from mage_gym import reward as R
+from mage_gym.coverage import cover
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import MageRAGEnv, Op, encode_action
 from mage_gym.env._synthetic import hash_query_fn, toy_episodes
@@ -39,25 +40,19 @@ def masks(graph, opened=(), page_images=()):
     return o, p
 
 
-def test_coverage_rules(graph):
-    g = gold(graph, element_ids=("toy:p1:e2",), pages=(3,))
-    cov = lambda **kw: R.coverage(g, *masks(graph, **kw), graph.node_page).tolist()  # noqa: E731
-    assert cov() == [False, False]
-    assert cov(opened=("toy:p1:e2",)) == [True, False]  # opened gold element
-    assert cov(opened=("toy:p1:e1",)) == [False, False]  # a neighbour does not count
-    assert cov(page_images=(1,)) == [True, False]  # its page image was sent (visual mode)
-    assert cov(opened=("toy:p3:e0",)) == [False, True]  # page-level item: any opened element of the page
-    assert cov(page_images=(3,)) == [False, True]
-
-
-def test_support(graph):
+def test_support_is_the_covered_share_of_gold_items(graph):
+    """The rule itself is pinned in tests/test_coverage.py; here: support is its item share, 1 / 0 without gold."""
     ep = toy_episodes()[0].episode
     g = gold(graph, element_ids=("toy:p1:e2", "toy:p2:e1"))
-    assert R.oracle_support(ep, g, np.array([True, False])) == 0.5
+    covered = cover(g, *masks(graph, opened=("toy:p1:e2",)), graph.node_page)
+    assert covered.items.tolist() == [True, False] and R.oracle_support(ep, covered) == 0.5
+    covered = cover(g, *masks(graph, opened=("toy:p1:e2",), page_images=(2,)), graph.node_page)
+    assert R.oracle_support(ep, covered) == 1.0  # the page image covers element gold in visual mode
     from dataclasses import replace
 
-    assert R.oracle_support(replace(ep, answerable=False), GoldEvidence(), np.zeros(0, bool)) == 1.0
-    assert R.oracle_support(ep, GoldEvidence(), np.zeros(0, bool)) == 0.0  # answerable, gold unknown
+    none = cover(GoldEvidence(), *masks(graph), graph.node_page)
+    assert R.oracle_support(replace(ep, answerable=False), none) == 1.0
+    assert R.oracle_support(ep, none) == 0.0  # answerable, gold unknown
 
 
 def test_noise_counts_non_gold_tokens(graph):

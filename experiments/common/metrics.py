@@ -4,6 +4,14 @@ Why one module: benchmark, training-time evaluation and the main job must
 aggregate the same way, or their tables would not be comparable. Means skip
 ``None`` (a metric that does not apply to an episode); a run's metric is
 ``None`` when it applies to none of its episodes.
+
+Unanswerable questions are reported apart: their evidence metrics (page
+recall, all covered, element recall and precision; :mod:`mage_gym.coverage`)
+are ``None``, so those means and their ``n`` (:func:`metric_counts`) are over
+the questions with gold only; reward and support, which every episode has
+(the oracle reader's support is 1 on an unanswerable question), are over all
+episodes, and :func:`breakdown` gives the ``answerable`` and ``unanswerable``
+groups separately.
 """
 from __future__ import annotations
 
@@ -86,13 +94,14 @@ def metric_counts(results: Sequence[EpisodeResult], answers: bool) -> dict[str, 
 
 
 def breakdown(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode]) -> dict[str, dict[str, Any]]:
-    """Evidence recall and reward per evidence type and for single- vs multi-page questions."""
+    """Evidence recall and reward per evidence type, for single- vs multi-page questions, answerable or not."""
     groups: dict[str, list[EpisodeResult]] = defaultdict(list)
     for r in results:
         ep = episodes[r.episode_id]
         if not ep.answerable:
             groups["unanswerable"].append(r)
             continue
+        groups["answerable"].append(r)
         for t in evidence_types(ep):
             groups[f"type:{t}"].append(r)
         groups["multi_page" if ep.multi_page else "single_page"].append(r)

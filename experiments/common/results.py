@@ -10,6 +10,7 @@
                "failed": {"episodes": int, "episode_ids": [str]},   # benchmark runs
                "evaluator": {<EVALUATOR_KEYS>: int},  # LLM-evaluator runs only
                "privileged": true,                     # the oracle only: it read gold
+               "training": {"recipe", "shaping", ...},  # experiments/train.py: how the policy was trained
                "equal_cost": {"baseline": "topk_page", "render_mode", "ks",
                               "delta_recall_at_equal_tokens": {"mean", "lo", "hi", "n", "interpretable",
                                                                "cost", "topk_at_cost"},
@@ -49,8 +50,10 @@ from experiments.common.metrics import METRIC_KEYS
 from mage_gym.jsonio import json_default
 
 RUN_KEYS: tuple[str, ...] = ("policy", "budget", "dataset", "split", "metrics")
-OPTIONAL_RUN_KEYS: tuple[str, ...] = ("checkpoint", "failed", "evaluator", "n", "privileged", "equal_cost")
-#: version of the results.json shape; 2 added ``schema_version``, per-metric ``n``, ``privileged`` and ``equal_cost``
+OPTIONAL_RUN_KEYS: tuple[str, ...] = ("checkpoint", "failed", "evaluator", "n", "privileged", "equal_cost",
+                                       "training")
+#: version of the results.json shape; 2: ``schema_version``, per-metric ``n``, ``privileged``, ``equal_cost``, and
+#: evidence metrics under one coverage rule (mage_gym/coverage.py: a summary never covers a gold page)
 SCHEMA_VERSION = 2
 #: ``evaluator`` block keys: the policy's ``evaluator_<key>`` counters summed over a run's episodes
 EVALUATOR_KEYS: tuple[str, ...] = ("rounds", "calls", "cache_hits", "requests", "backend_errors", "strict",
@@ -77,7 +80,7 @@ def budget_dict(budget: Any) -> dict[str, int]:
 def make_run(policy: str, budget: Any, dataset: str, split: str, metrics: Mapping[str, Any],
              checkpoint: Mapping[str, str] | None = None, failed: Sequence[str] | None = None,
              evaluator: Mapping[str, int] | None = None, counts: Mapping[str, int] | None = None,
-             privileged: bool = False) -> dict[str, Any]:
+             privileged: bool = False, training: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """One ``runs`` entry; ``checkpoint`` (path + sha256) only for a learned policy acting from a file.
 
     ``failed`` (episode ids) adds the ``failed`` block; ``evaluator`` (counter
@@ -95,6 +98,8 @@ def make_run(policy: str, budget: Any, dataset: str, split: str, metrics: Mappin
         run["n"] = {k: int(counts.get(k, 0)) for k in METRIC_KEYS}
     if privileged:  # an upper bound that read gold (the oracle): never a baseline to compare with
         run["privileged"] = True
+    if training is not None:  # train.py: recipe, whether shaping was used, imitation agreement and recall gap
+        run["training"] = dict(training)
     return run
 
 
@@ -125,6 +130,10 @@ def validate_results(obj: Mapping[str, Any]) -> None:
         if "n" in run and not (isinstance(run["n"], Mapping) and set(run["n"]) == set(METRIC_KEYS)
                                and all(isinstance(v, int) for v in run["n"].values())):
             raise ValueError(f"n must map every metric to an episode count, got {run['n']!r}")
+        tr = run.get("training")
+        if "training" in run and not (isinstance(tr, Mapping) and {"recipe", "shaping"} <= set(tr)
+                                      and isinstance(tr["shaping"], bool)):
+            raise ValueError(f"training must be a mapping with recipe and shaping (bool), got {tr!r}")
         if "privileged" in run and run["privileged"] is not True:
             raise ValueError("privileged is present only as true")
         if "equal_cost" in run:

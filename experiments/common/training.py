@@ -1,14 +1,25 @@
-"""Train the learned controller (MaskablePPO over the slot observation) with model selection on validation.
+"""Train the learned controller (slot-set network) with model selection on validation.
 
-The recipe, top to bottom in :func:`train`: episodes of the train split
-(only those usable for training: answerable ones need gold on the page;
-``dataset.limit`` caps them) and of the validation split (other documents;
-``train.eval_episodes`` of them), graphs from the cache, ``n_envs``
-environments with the oracle reader and potential-based shaping, the
-slot-set network, an optional behaviour-cloning warm start from a rule
-teacher (``train.bc``, options ``policy.<teacher>``), ``model.learn`` with a
-callback that shows progress, logs steps per second and evaluates on the
-validation episodes every ``train.eval_freq`` steps, keeping the best.
+Three recipes (``train.algo``), each readable top to bottom in :func:`train`:
+
+- ``ppo``: MaskablePPO, optionally warm-started by behaviour cloning of a
+  rule teacher (``train.bc``, options ``policy.<teacher>``);
+- ``dagger``: imitation of the privileged oracle (:mod:`policies.dagger`):
+  rounds of student rollouts on a privileged env held here, labels from the
+  oracle, aggregate, refit; stops when validation reward stops improving;
+- ``dagger_ppo``: ``dagger``, then MaskablePPO fine-tuning from its best
+  round (``train.init=<checkpoint>`` starts any recipe from saved weights).
+
+Common to all: episodes of the train split (only those usable for training:
+answerable ones need gold on the page; ``dataset.limit`` caps them) and of
+the validation split (other documents; ``train.eval_episodes`` of them),
+graphs from the cache, ``train.n_envs`` PPO environments (default: one per
+core; ``SubprocVecEnv`` when more than one, ``train.vec_env=dummy`` to keep
+them in this process) with the oracle reader and optional potential-based
+shaping (``train.shaping``), periodic validation every ``train.eval_freq``
+steps keeping the best. Validation envs are never privileged nor shaped:
+every reported reward is the plain terminal one, and ``results.json`` says
+whether training used shaping (its ``training`` block).
 
 Without validation episodes there is nothing to select on: training stops
 with a :class:`ConfigError` unless ``train.allow_no_validation`` is true, in
@@ -17,6 +28,7 @@ which case the last policy is kept and every output says so.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -37,16 +49,24 @@ log = logging.getLogger("experiments.train")
 
 #: the learned policy train.py trains (its options: policy.ppo)
 LEARNER = "ppo"
+#: train.algo: what trains it
+RECIPES: tuple[str, ...] = ("ppo", "dagger", "dagger_ppo")
+#: the privileged teacher DAgger imitates
+TEACHER = "oracle"
+#: validation episodes are reset with VAL_SEED + i, the same for every policy and every evaluation
+VAL_SEED = 10_000
 VAL_KEYS = ("reward", "evidence_page_recall", "element_recall", "evidence_all_covered", "tokens_rendered")
 
 
 def evaluate(model: Any, algo: str, episodes: list[Any], cfg: Mapping[str, Any], render_mode: str | None,
              seed: int = 0) -> tuple[list[Any], dict[str, Any]]:
-    """The current model, acting deterministically, on ``episodes`` (oracle reader)."""
+    """The current model, acting deterministically, on ``episodes`` (oracle reader; an ordinary env: never
+    privileged, never shaped, whatever the config says)."""
     from policies.ppo import PPOPolicy
 
     policy = PPOPolicy(model=model, algo=algo, render_mode=render_mode)
-    env = make_env(episodes, cfg, render_mode=render_mode, reader="oracle", max_graphs=16)
+    plain_env = {k: v for k, v in cfg["env"].items() if k not in ("privileged", "shaping")}
+    env = make_env(episodes, {**cfg, "env": plain_env}, render_mode=render_mode, reader="oracle", max_graphs=16)
     try:
         results = play_episodes(env, policy, episodes, seed=seed, progress=False)
     finally:
@@ -55,8 +75,11 @@ def evaluate(model: Any, algo: str, episodes: list[Any], cfg: Mapping[str, Any],
 
 
 def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: list[dict[str, Any]],
-                  on_eval: Any = None) -> Any:
-    """SB3 callback: tqdm progress, steps/s, rolling training reward, periodic validation (``on_eval(model, row)``)."""
+                  on_eval: Any = None, offset: int = 0) -> Any:
+    """SB3 callback: tqdm progress, steps/s, rolling training reward, periodic validation (``on_eval(model, row)``).
+
+    ``offset``: environment steps spent before this ``learn`` (imitation rollouts), added to each row's
+    ``timesteps`` so the learning curve counts every environment step of the run."""
     from stable_baselines3.common.callbacks import BaseCallback
     from tqdm import tqdm
 
@@ -83,7 +106,8 @@ def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: 
         def _evaluate(self, n: int) -> None:
             sps = n / max(1e-9, time.perf_counter() - self.t0)
             eps = [e for e in self.model.ep_info_buffer]
-            row: dict[str, Any] = {"timesteps": n, "steps_per_s": sps, "wall_s": time.perf_counter() - self.t0,
+            row: dict[str, Any] = {"timesteps": offset + n, "stage": "ppo", "steps_per_s": sps,
+                                   "wall_s": time.perf_counter() - self.t0,
                                    "train_reward": (sum(e["r"] for e in eps) / len(eps)) if eps else None}
             if eval_fn is not None:
                 _, m = eval_fn(self.model)
@@ -91,7 +115,7 @@ def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: 
             curve.append(row)
             if on_eval is not None:
                 on_eval(self.model, row)
-            logger.log({k: v for k, v in row.items() if k != "timesteps"}, step=n)
+            logger.log({k: v for k, v in row.items() if k not in ("timesteps", "stage")}, step=offset + n)
             self.bar.set_postfix(sps=f"{sps:.0f}", val_reward=fmt(row.get("val_reward")),
                                  train_reward=fmt(row.get("train_reward")))
             log.info("step %d: %s", n, {k: fmt(v) for k, v in row.items()})
@@ -149,9 +173,108 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     """The options that would otherwise fail late: the parser, the learner's and the teacher's options."""
     check_parser(cfg["env"].get("parser", "layout"))
     policy_options(cfg, LEARNER)
-    bc = dict(cfg["train"].get("bc") or {})
-    if bc.get("enabled"):
+    tc = cfg["train"]
+    recipe = recipe_of(tc)
+    bc = dict(tc.get("bc") or {})
+    if bc.get("enabled") and recipe == "ppo":
         policy_options(cfg, bc.get("teacher", "heuristic"))
+    if recipe != "ppo":
+        from policies.dagger import DaggerConfig
+
+        DaggerConfig.coerce(tc.get("dagger"))
+        algo = dict(policy_options(cfg, LEARNER).get("train") or {}).get("algo", "maskable_ppo")
+        if algo != "maskable_ppo":
+            raise ConfigError(f"train.algo={recipe} fits a masked policy: policy.ppo.train.algo must be maskable_ppo, "
+                              f"not {algo!r}")
+    if tc.get("vec_env", "subproc") not in ("subproc", "dummy"):
+        raise ConfigError(f"train.vec_env must be subproc or dummy, got {tc.get('vec_env')!r}")
+    if tc.get("init") and not Path(str(tc["init"])).expanduser().with_suffix(".zip").is_file():
+        raise ConfigError(f"train.init: no checkpoint at {tc['init']}")
+
+
+def recipe_of(tc: Mapping[str, Any]) -> str:
+    """``train.algo`` (default ``ppo``), checked."""
+    recipe = str(tc.get("algo") or "ppo")
+    if recipe not in RECIPES:
+        raise ConfigError(f"train.algo must be one of {list(RECIPES)}, got {recipe!r}")
+    return recipe
+
+
+def n_envs_of(tc: Mapping[str, Any]) -> int:
+    """``train.n_envs``; null means one env per core available to this process."""
+    n = tc.get("n_envs")
+    if n is None:
+        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+    return max(1, int(n))
+
+
+def make_vec_env(make_one: Any, n_envs: int, kind: str = "subproc", start_method: str | None = None) -> Any:
+    """``n_envs`` training envs: one worker process each (``SubprocVecEnv``) or all in this process (``dummy``,
+    and always for a single env: a worker would only add a pipe round trip per step)."""
+    from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
+
+    if kind == "dummy" or n_envs == 1:
+        return DummyVecEnv([make_one for _ in range(n_envs)])
+    return SubprocVecEnv([_in_worker(make_one) for _ in range(n_envs)], start_method=start_method)
+
+
+def _in_worker(make_one: Any) -> Any:
+    def build() -> Any:
+        set_threads(1)  # one env per core: torch (and its thread pool) must not take the others
+        return make_one()
+
+    return build
+
+
+def init_weights(model: Any, path: str | Path, K: int, render_mode: str) -> dict[str, Any]:
+    """Copy the policy weights of checkpoint ``path`` into ``model`` after checking its sidecar (features,
+    graph version, observation keys, K and render mode must match the training envs)."""
+    from policies.ppo import algo_class, check_sidecar, read_meta
+
+    path = Path(str(path)).expanduser().with_suffix(".zip")
+    meta = read_meta(path)
+    check_sidecar(meta, K=K, render_mode=render_mode, observation_keys=list(model.observation_space.spaces),
+                  source=f"train.init checkpoint {path}")
+    cls, _ = algo_class(meta.get("algo", "maskable_ppo"))
+    src = cls.load(str(path), device=model.device)
+    model.policy.load_state_dict(src.policy.state_dict())
+    return {"path": str(path), "timesteps": meta.get("timesteps"), "recipe": meta.get("recipe")}
+
+
+def imitate(model: Any, train_eps: list[Any], val_eps: list[Any], cfg: Mapping[str, Any], render_mode: str,
+            seed: int, eval_fn: Any, on_round: Any) -> dict[str, Any]:
+    """DAgger from the oracle (:func:`policies.dagger.run_dagger`) on a privileged, unshaped env of the
+    training episodes; then, on the validation episodes, the student's on-policy agreement with the
+    teacher and the teacher's own metrics (a privileged env again: the teacher needs the gold)."""
+    from policies.dagger import on_policy_agreement, run_dagger
+    from policies.oracle import OraclePolicy
+
+    tc = cfg["train"]
+    privileged = {**cfg, "env": {**cfg["env"], "privileged": True}}
+    n_docs = len({episode_of(e).source for e in train_eps})
+    env = make_env(train_eps, privileged, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
+    t0 = time.perf_counter()
+    try:
+        teacher = OraclePolicy(env, render_mode=render_mode)
+        ids = [episode_of(e).episode_id for e in train_eps]
+        out = run_dagger(model, env, teacher, ids, tc.get("dagger"), seed=seed, validate=eval_fn, on_round=on_round)
+    finally:
+        env.close()
+    out["seconds"] = time.perf_counter() - t0
+    if val_eps:
+        venv = make_env(val_eps, privileged, render_mode=render_mode, reader="oracle", max_graphs=16)
+        try:
+            teacher = OraclePolicy(venv, render_mode=render_mode)
+            val_ids = [episode_of(e).episode_id for e in val_eps]
+            out["val_agreement"] = on_policy_agreement(venv, model, teacher, val_ids, seed=VAL_SEED)
+            results = play_episodes(venv, teacher, val_eps, seed=VAL_SEED, progress=False)
+        finally:
+            venv.close()
+        out["teacher_val"] = summarise(results, {episode_of(e).episode_id: episode_of(e) for e in val_eps},
+                                       answers=False)
+    log.info("DAgger: %d rounds, best %s (val reward %s), stopped by %s", len(out["rounds"]), out["best_round"],
+             fmt(out["best_val_reward"]), out["stopped"])
+    return out
 
 
 def split_episodes(cfg: Mapping[str, Any]) -> tuple[list[Any], list[Any]]:
@@ -177,13 +300,13 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
     ``train_episodes``/``val_episodes`` replace the dataset's splits (e.g. pre-built pairs in tests).
     """
     from stable_baselines3.common.monitor import Monitor
-    from stable_baselines3.common.vec_env import DummyVecEnv
 
     from policies.ppo import build_model, save_checkpoint
 
     check_config(cfg)
     logger = logger or NullLogger()
     tc, ds, env_cfg = cfg["train"], cfg["dataset"], cfg["env"]
+    recipe = recipe_of(tc)
     pc = policy_options(cfg, LEARNER)
     seed = int(cfg.get("seed", 0))
     set_threads(cfg.get("torch_threads"))
@@ -210,28 +333,34 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
         log.warning("!" * 20 + " %s; train.allow_no_validation=true: keeping the LAST policy, unselected " + "!" * 20,
                     msg)
     n_docs = len({episode_of(e).source for e in train_eps})
-    log.info("train: %d episodes on %d documents; eval: %d episodes (%s)", len(train_eps), n_docs, len(val_eps),
-             tc["eval_split"])
+    log.info("train (%s): %d episodes on %d documents; eval: %d episodes (%s)", recipe, len(train_eps), n_docs,
+             len(val_eps), tc["eval_split"])
 
     info_keys = ("evidence_page_recall", "element_recall", "tokens_rendered")
+    runs_ppo = recipe != "dagger"
+    shaping = bool(tc.get("shaping", False)) and runs_ppo
 
     # Potential-based shaping (phi = gold coverage of the state) densifies the training signal without changing
     # the optimal policy. It reads gold, so only the training envs are privileged (the policy still sees only the
     # observation); evaluation envs keep the plain terminal reward and sealed gold.
-    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, bool(tc.get("shaping", False)))}}
+    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, shaping)}}
 
     def make_one() -> Any:
         env = make_env(train_eps, train_cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
         return Monitor(env, info_keywords=info_keys)
 
-    vec = DummyVecEnv([make_one for _ in range(int(tc.get("n_envs", 1)))])
+    # DAgger alone needs no PPO envs: one in-process env gives the model its spaces and is never stepped by SB3.
+    n_envs = n_envs_of(tc) if runs_ppo else 1
+    vec_kind = str(tc.get("vec_env", "subproc")) if n_envs > 1 else "dummy"
+    vec = make_vec_env(make_one, n_envs, vec_kind, tc.get("start_method"))
     model = build_model(vec, algo=algo, seed=seed, net=ptrain.get("net"), hparams=ptrain.get("hparams"),
                         device=tc.get("device", "cpu"))
     curve: list[dict[str, Any]] = []
-    eval_fn = (lambda m: evaluate(m, algo, val_eps, cfg, render_mode, seed=10_000)) if val_eps else None
+    eval_fn = (lambda m: evaluate(m, algo, val_eps, cfg, render_mode, seed=VAL_SEED)) if val_eps else None
     K = int(vec.observation_space["nodes"].shape[0])
     name = tc.get("checkpoint_name", "checkpoint")
-    meta = {"render_mode": render_mode, "seed": seed, "dataset": ds["name"], "config": cfg}
+    meta = {"render_mode": render_mode, "seed": seed, "dataset": ds["name"], "recipe": recipe, "shaping": shaping,
+            "config": cfg}
     best = {"reward": -float("inf"), "timesteps": None}
 
     def keep_best(m: Any, row: dict[str, Any]) -> None:
@@ -241,22 +370,51 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
             best.update(reward=r, timesteps=row["timesteps"])
             save_checkpoint(m, out / f"{name}_best.zip", algo, K, extra={**meta, "timesteps": row["timesteps"]})
 
-    bc = warm_start(model, dict(tc.get("bc") or {}), train_eps, cfg, render_mode, seed)
-    if bc is not None:
-        row = {"timesteps": 0, "steps_per_s": None, "wall_s": 0.0, "train_reward": None, "bc": bc}
+    init = init_weights(model, tc["init"], K, render_mode) if tc.get("init") else None
+    if init is not None:
+        log.info("initialised from %s", init["path"])
+    bc = None
+    if recipe == "ppo":
+        bc = warm_start(model, dict(tc.get("bc") or {}), train_eps, cfg, render_mode, seed)
+    if bc is not None or init is not None:
+        row = {"timesteps": 0, "steps_per_s": None, "wall_s": 0.0, "train_reward": None, "stage": "start",
+               **({"bc": bc} if bc is not None else {})}
         if eval_fn is not None:
             _, m = eval_fn(model)
             row.update({f"val_{k}": m[k] for k in VAL_KEYS})
             keep_best(model, row)
         curve.append(row)
-        log.info("after behaviour cloning: %s", {k: fmt(v) for k, v in row.items() if k != "bc"})
-    total = int(tc["total_timesteps"])
+        log.info("start: %s", {k: fmt(v) for k, v in row.items() if k != "bc"})
+
+    imitation = None
+    offset = 0  # environment steps spent before PPO (DAgger's rollouts): the learning curve's x axis counts them
+    if recipe != "ppo":
+        def dagger_row(m: Any, r: dict[str, Any]) -> None:
+            row = {"timesteps": r["env_steps"], "steps_per_s": None, "wall_s": None, "train_reward": None,
+                   "stage": "dagger", **{k: v for k, v in r.items() if k.startswith("val_")},
+                   "dagger": {k: v for k, v in r.items() if not k.startswith("val_")}}
+            curve.append(row)
+            keep_best(m, row)
+            logger.log({k: v for k, v in row.items() if k.startswith("val_")}, step=row["timesteps"])
+
+        validate = None
+        if eval_fn is not None:
+            def validate(m: Any) -> dict[str, Any]:
+                return {f"val_{k}": v for k, v in eval_fn(m)[1].items() if k in VAL_KEYS}
+
+        imitation = imitate(model, train_eps, val_eps, cfg, render_mode, seed, validate, dagger_row)
+        offset = int(imitation["env_steps"])
+        save_checkpoint(model, out / f"{name}_dagger.zip", algo, K,
+                        extra={**meta, "recipe": "dagger", "shaping": False, "timesteps": offset})
+
     t0 = time.perf_counter()
-    model.learn(total_timesteps=total,
-                callback=make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve, on_eval=keep_best))
+    if runs_ppo:
+        total = int(tc["total_timesteps"])
+        model.learn(total_timesteps=total, callback=make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve,
+                                                                  on_eval=keep_best, offset=offset))
     train_s = time.perf_counter() - t0
-    last = save_checkpoint(model, out / f"{name}_last.zip", algo, K,
-                           extra={**meta, "timesteps": int(model.num_timesteps)})
+    timesteps = offset + (int(model.num_timesteps) if runs_ppo else 0)
+    last = save_checkpoint(model, out / f"{name}_last.zip", algo, K, extra={**meta, "timesteps": timesteps})
     vec.close()
     # The checkpoint benchmarks use: best on validation when validation ran, else the last one.
     chosen = out / f"{name}_best.zip" if best["timesteps"] is not None else last
@@ -264,28 +422,59 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
     for suffix in (".zip", ".json"):
         ckpt.with_suffix(suffix).write_bytes(chosen.with_suffix(suffix).read_bytes())
 
+    training = {"recipe": recipe, "shaping": shaping, "reported_reward": "unshaped (plain terminal reward)",
+                "n_envs": n_envs if runs_ppo else 0, "vec_env": vec_kind if runs_ppo else None,
+                "init": init["path"] if init else None, "selected_timesteps": best["timesteps"]}
     runs = []
     final = None
     if val_eps:
         from policies.ppo import PPOPolicy
 
         chosen_model = PPOPolicy(checkpoint=str(ckpt)).model
-        results, final = evaluate(chosen_model, algo, val_eps, cfg, render_mode, seed=10_000)
+        results, final = evaluate(chosen_model, algo, val_eps, cfg, render_mode, seed=VAL_SEED)
+        if imitation is not None:
+            training["imitation"] = imitation_report(imitation, final)
         runs.append(make_run(LEARNER, env_cfg.get("budget") or {}, ds["name"], tc["eval_split"], final,
-                             checkpoint=checkpoint_identity(ckpt)))
+                             checkpoint=checkpoint_identity(ckpt), training=training))
+        if imitation is not None and imitation.get("teacher_val"):
+            runs.append(make_run(TEACHER, env_cfg.get("budget") or {}, ds["name"], tc["eval_split"],
+                                 imitation["teacher_val"], privileged=True))
     write_results(out / "results.json", runs)
     write_json(out / "learning_curve.json", curve)
     plot = save_curve(curve, out / "learning_curve.png")
     summary = {"checkpoint": str(ckpt), "checkpoint_sha256": checkpoint_identity(ckpt)["sha256"],
                "selection": "best_validation_reward" if best["timesteps"] is not None else "last (no validation)",
                "selected_timesteps": best["timesteps"], "best_val_reward": (
-                   best["reward"] if best["timesteps"] is not None else None), "algo": algo, "seed": seed,
-               "render_mode": render_mode, "timesteps": int(model.num_timesteps), "train_seconds": train_s,
-               "steps_per_s": model.num_timesteps / max(1e-9, train_s), "train_episodes": len(train_eps),
+                   best["reward"] if best["timesteps"] is not None else None), "algo": algo, "recipe": recipe,
+               "shaping": shaping, "seed": seed, "render_mode": render_mode, "timesteps": timesteps,
+               "train_seconds": train_s,
+               "steps_per_s": (model.num_timesteps / max(1e-9, train_s)) if runs_ppo else None,
+               "n_envs": training["n_envs"], "vec_env": training["vec_env"], "train_episodes": len(train_eps),
                "train_documents": n_docs, "eval_episodes": len(val_eps), "final_eval": final,
-               "learning_curve": curve}
+               "imitation": imitation, "training": training, "learning_curve": curve}
     write_json(out / "train_summary.json", summary)
     logger.summary({"steps_per_s": summary["steps_per_s"], **{f"final/{k}": v for k, v in (final or {}).items()}})
     if plot is not None:
         logger.images({"learning_curve": plot})
     return summary
+
+
+def imitation_report(imitation: Mapping[str, Any], student_val: Mapping[str, Any]) -> dict[str, Any]:
+    """What results.json says about the imitation: on the validation episodes, the student's on-policy action
+    agreement with the teacher (against chance), and the teacher-minus-student gap in recall, support and tokens
+    (the student on the ordinary validation env, the teacher on a privileged one; same episodes and seeds)."""
+    teacher = imitation.get("teacher_val") or {}
+    agree = imitation.get("val_agreement") or {}
+
+    def gap(key: str) -> float | None:
+        t, s = teacher.get(key), student_val.get(key)
+        return None if t is None or s is None else float(t) - float(s)
+
+    return {"teacher": TEACHER, "rounds": len(imitation["rounds"]), "best_round": imitation["best_round"],
+            "stopped": imitation["stopped"], "env_steps": imitation["env_steps"],
+            "val_agreement": agree.get("agreement"), "val_agreement_chance": agree.get("chance"),
+            "val_agreement_steps": agree.get("steps"),
+            "teacher_val_page_recall": teacher.get("evidence_page_recall"),
+            "student_val_page_recall": student_val.get("evidence_page_recall"),
+            "page_recall_gap": gap("evidence_page_recall"), "element_recall_gap": gap("element_recall"),
+            "support_gap": gap("support"), "tokens_gap": gap("tokens_rendered")}

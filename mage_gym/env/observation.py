@@ -5,8 +5,17 @@ Keys:
   :data:`NODE_FEATURES`: static graph features (type one-hot, page position,
   bbox, area, section depth, heading level, content size, table flag, OCR
   flag, page density), question relevance (fused and per retriever,
-  percentiles), state one-hot, relation to the working set by edge kind,
-  activation position, whether the node's page is activated;
+  percentiles), question-aware columns (best element relevance on the node's
+  page, type matches the question's cues, page prints a page label the
+  question names; :mod:`mage_gym.env.question_cues`), state one-hot,
+  relation to the working set by edge kind, activation position, whether the
+  node's page is activated, the relevance of the best working-set node
+  linking to it (``linker_rel``: 1 - its rank / n in the episode's fused
+  relevance order, 0 when no working-set node links to it), then one column
+  computed per step for the filled slots only: the distance from its page to
+  the nearest active page (``active_page_distance``, log-scaled by the
+  document's length: 0 on an active page, 1 at the far end or when no page
+  is active);
 - ``slot_mask`` float32 [K]: 1 where the slot holds a node;
 - ``budget`` float32 [4]: remaining round activations / m, activations / M,
   opens / B, rounds / T;
@@ -25,6 +34,7 @@ an env built with ``observation_keys=NUMERIC_KEYS + ("text",)`` adds the text
 from __future__ import annotations
 
 import string
+import weakref
 from collections import OrderedDict
 from typing import Sequence
 
@@ -32,27 +42,34 @@ import numpy as np
 from gymnasium import spaces
 
 from mage_gym.env.graph_index import STATIC_FEATURES
+from mage_gym.env.question_cues import QUESTION_FEATURES, question_columns
 from mage_gym.env.relevance import N_RELEVANCE, EpisodeRelevance
-from mage_gym.env.state import DYN_PAGEACT, N_DYN, STATE_NAMES, EvidenceState
+from mage_gym.env.state import DYN_LINKER, DYN_PAGEACT, N_DYN, STATE_NAMES, EvidenceState
 from mage_gym.graph.schema import EDGE_KINDS
 
 QUESTION_DIM = 384
 NODE_FEATURES: tuple[str, ...] = (
     STATIC_FEATURES
     + ("rel_fused",) + tuple(f"rel_component_{i}" for i in range(1, N_RELEVANCE))
+    + QUESTION_FEATURES
     + tuple(f"state_{s}" for s in STATE_NAMES)
     + tuple(f"linked_by_{k}" for k in EDGE_KINDS)
     + ("activation_position", "page_activated")
+    + ("linker_rel", "active_page_distance")
 )
 N_STATIC = len(STATIC_FEATURES)
 _REL0 = N_STATIC
-_STATE0 = _REL0 + N_RELEVANCE
+_Q0 = _REL0 + N_RELEVANCE
+_STATE0 = _Q0 + len(QUESTION_FEATURES)  # columns before this one are per-episode constants (node_table)
 _LINK0 = _STATE0 + len(STATE_NAMES)
 _ACTPOS = _LINK0 + len(EDGE_KINDS)
 _PAGEACT = _ACTPOS + 1
+_LINKER = _PAGEACT + 1
+_PAGEDIST = _LINKER + 1  # the one column built per step (not kept by the state)
 N_FEATURES = len(NODE_FEATURES)
 # the state's dynamic table follows the unvisited column, in the same order as NODE_FEATURES
-assert N_FEATURES - (_STATE0 + 1) == N_DYN and _PAGEACT - (_STATE0 + 1) == DYN_PAGEACT
+assert _PAGEDIST - (_STATE0 + 1) == N_DYN and _PAGEACT - (_STATE0 + 1) == DYN_PAGEACT
+assert _LINKER - (_STATE0 + 1) == DYN_LINKER and N_FEATURES == _PAGEDIST + 1
 
 
 NUMERIC_KEYS: tuple[str, ...] = ("nodes", "slot_mask", "budget", "progress", "question")
@@ -144,7 +161,7 @@ _MAX_TABLES = 16
 
 
 def node_table(state: EvidenceState, rel: EpisodeRelevance) -> np.ndarray:
-    """float32 [n, static + relevance]: the per-episode constant columns, gathered per step.
+    """float32 [n, static + relevance + question cues]: the per-episode constant columns, gathered per step.
 
     Shared by the environments of a process (a small LRU keyed by the graph
     index and the episode relevance objects, which are themselves shared).
@@ -156,7 +173,8 @@ def node_table(state: EvidenceState, rel: EpisodeRelevance) -> np.ndarray:
         return hit[2]
     table = np.empty((state.gi.n_nodes, _STATE0), dtype=np.float32)
     table[:, :N_STATIC] = state.gi.static
-    table[:, N_STATIC:] = rel.features
+    table[:, _REL0:_Q0] = rel.features
+    table[:, _Q0:_STATE0] = question_columns(state.gi, rel.query.text, rel.features[:, 0])
     _TABLES[key] = (state.gi, rel, table)
     while len(_TABLES) > _MAX_TABLES:
         _TABLES.popitem(last=False)
@@ -169,7 +187,8 @@ def build_observation(state: EvidenceState, table: np.ndarray, slots: np.ndarray
 
     ``table`` is :func:`node_table` of the episode; ``n`` the number of filled
     slots. Dynamic columns come from ``state.dyn`` (kept current by the state),
-    so this is two gathers.
+    so this is two gathers, plus :func:`active_page_distance` over the filled
+    slots.
     """
     K = len(slots)
     b = state.budget
@@ -179,7 +198,8 @@ def build_observation(state: EvidenceState, table: np.ndarray, slots: np.ndarray
         s = slots[:n]
         nodes[:n, :_STATE0] = table[s]
         nodes[:n, _STATE0] = state.node_state[s] == 0
-        nodes[:n, _STATE0 + 1:] = state.dyn[s]
+        nodes[:n, _STATE0 + 1:_PAGEDIST] = state.dyn[s]
+        nodes[:n, _PAGEDIST] = active_page_distance(state, s)
     slot_mask = np.zeros(K, dtype=np.float32)
     slot_mask[:n] = 1.0
     budget = np.array([
@@ -191,3 +211,31 @@ def build_observation(state: EvidenceState, table: np.ndarray, slots: np.ndarray
     progress = np.array([min(1.0, c.round / b.T), min(1.0, c.steps / b.max_steps)], dtype=np.float32)
     return {"nodes": nodes, "slot_mask": slot_mask, "budget": budget, "progress": progress,
             "question": question.copy()}
+
+
+_LOG_DIST: "weakref.WeakKeyDictionary[object, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
+def _log_distance_table(gi) -> np.ndarray:
+    """float32 [n_pages + 1]: log1p(d) / log1p(n_pages - 1) for every page distance d; 1 at d = n_pages
+    (the state's "no active page")."""
+    lut = _LOG_DIST.get(gi)
+    if lut is None:
+        d = np.arange(gi.n_pages + 1, dtype=np.float64)
+        lut = np.minimum(1.0, np.log1p(d) / np.log1p(max(1, gi.n_pages - 1))).astype(np.float32)
+        lut[gi.n_pages] = 1.0
+        _LOG_DIST[gi] = lut
+    return lut
+
+
+def active_page_distance(state: EvidenceState, nodes: np.ndarray) -> np.ndarray:
+    """float32 [len(nodes)]: log1p(pages to the nearest active page) / log1p(n_pages - 1), in [0, 1].
+
+    Why log-scaled by the document's length: on a 500-page report a linear
+    scale would put the neighbouring page at 0.002, indistinguishable from the
+    active page itself, while "next page" vs "ten pages away" is what matters.
+    1 when no page is active. The state keeps the integer distance per page
+    (updated on page activations and prunes only), so this is two gathers.
+    """
+    gi = state.gi
+    return _log_distance_table(gi)[state.page_dist[gi.node_page[nodes]]]

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from mage_gym import reward as R
+from mage_gym.coverage import cover
 from mage_gym.env.episodes import SealedGold
 from mage_gym.env.state import Counters
 from mage_gym.graph.graph import EvidenceGraph
@@ -38,9 +39,8 @@ def score_episode(graph: EvidenceGraph, gold: SealedGold, rendered: RenderedInpu
     opened_gold = gold._open()
     episode, evidence = opened_gold.episode, opened_gold.evidence
     opened, pages = R.rendered_masks(graph, rendered)
-    covered = R.coverage(evidence, opened, pages, graph.node_page)
-    support = R.answer_support(episode, output.answer) if reader_answers else \
-        R.oracle_support(episode, evidence, covered)
+    covered = cover(evidence, opened, pages, graph.node_page)  # the one rule: support, page recall, all covered
+    support = R.answer_support(episode, output.answer) if reader_answers else R.oracle_support(episode, covered)
     is_gold = opened_gold.node_mask(graph)
     noise = R.noise(graph, evidence, rendered, is_gold)
     c = counters
@@ -50,7 +50,7 @@ def score_episode(graph: EvidenceGraph, gold: SealedGold, rendered: RenderedInpu
     components = {
         "reward": total, "support": support, "noise": noise, "cost": cost, **parts,
         "lambda_noise": cfg.lambda_noise, "lambda_cost": cfg.lambda_cost,
-        "gold_coverage": float(covered.mean()) if len(covered) else None,
+        "gold_coverage": covered.support,
     }
     metrics = R.episode_metrics(graph, evidence, rendered, covered, opened, is_gold)
     metrics.update({

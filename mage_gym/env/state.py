@@ -32,18 +32,30 @@ DYN_ACTIVATED, DYN_OPENED, DYN_PRUNED = 0, 1, 2
 DYN_LINK0 = 3  # DYN_LINK0 + kind: linked to the working set by that edge kind
 DYN_ACTPOS = DYN_LINK0 + N_KINDS  # activation position / max working-set size
 DYN_PAGEACT = DYN_ACTPOS + 1  # the node's page is ACTIVATED
-N_DYN = DYN_PAGEACT + 1
+#: the best working-set neighbour's relevance rank, as 1 - rank / n (0: no working-set neighbour); the rank is
+#: the episode's fused order, so this needs no relevance input and is a max kept on every activation
+DYN_LINKER = DYN_PAGEACT + 1
+N_DYN = DYN_LINKER + 1
 
-_NBR_DYN: "weakref.WeakKeyDictionary[GraphIndex, np.ndarray]" = weakref.WeakKeyDictionary()
+_NBR_DYN: "weakref.WeakKeyDictionary[GraphIndex, tuple[np.ndarray, np.ndarray]]" = weakref.WeakKeyDictionary()
 
 
-def _nbr_dyn(gi: GraphIndex) -> np.ndarray:
-    """Per merged-CSR entry, the flat ``dyn`` index of (neighbour, its link column): one fancy write per update."""
-    arr = _NBR_DYN.get(gi)
-    if arr is None:
-        arr = gi.nbr * N_DYN + DYN_LINK0 + gi.nbr_kind.astype(np.intp)
-        _NBR_DYN[gi] = arr
-    return arr
+def _nbr_dyn_pair(gi: GraphIndex) -> tuple[np.ndarray, np.ndarray]:
+    """Per merged-CSR entry, the flat ``dyn`` indices of (neighbour, its link column) and of (neighbour,
+    DYN_LINKER): one fancy write each per update."""
+    pair = _NBR_DYN.get(gi)
+    if pair is None:
+        pair = (gi.nbr * N_DYN + DYN_LINK0 + gi.nbr_kind.astype(np.intp), gi.nbr * N_DYN + DYN_LINKER)
+        _NBR_DYN[gi] = pair
+    return pair
+
+
+def _page_distances(n_pages: int, node_state: np.ndarray) -> np.ndarray:
+    """intp [n_pages]: pages to the nearest ACTIVATED page (``n_pages`` where none is): after a page prune."""
+    active = np.flatnonzero(node_state[:n_pages] == ACTIVATED)
+    if not len(active):
+        return np.full(n_pages, n_pages, dtype=np.intp)
+    return np.abs(np.arange(n_pages)[:, None] - active[None, :]).min(axis=1)
 
 
 @dataclass
@@ -78,6 +90,7 @@ class EvidenceState:
     frontier_ranked: np.ndarray  # bool [n], indexed by rank: True where that node is on the frontier
     act_pos: np.ndarray  # int32 [n]: activation position, -1 if never activated
     dyn: np.ndarray  # float32 [n, N_DYN]: dynamic observation features (columns above)
+    page_dist: np.ndarray  # intp [n_pages]: pages to the nearest ACTIVATED page (n_pages: none is active)
     working: list[int] = field(default_factory=list)  # ACTIVATED/OPENED nodes, activation order
     activation_order: list[int] = field(default_factory=list)  # every node ever activated
     n_unvisited_pages: int = 0
@@ -95,6 +108,7 @@ class EvidenceState:
             frontier_ranked=np.zeros(n, dtype=bool),
             act_pos=np.full(n, -1, dtype=np.int32),
             dyn=np.zeros((n, N_DYN), dtype=np.float32),
+            page_dist=np.full(gi.n_pages, gi.n_pages, dtype=np.intp),
             n_unvisited_pages=gi.n_pages,
         )
 
@@ -104,6 +118,7 @@ class EvidenceState:
             gi=self.gi, budget=self.budget, rank_of=self.rank_of,
             node_state=self.node_state.copy(), rel_count=self.rel_count.copy(),
             frontier_ranked=self.frontier_ranked.copy(), act_pos=self.act_pos.copy(), dyn=self.dyn.copy(),
+            page_dist=self.page_dist.copy(),
             working=list(self.working), activation_order=list(self.activation_order),
             n_unvisited_pages=self.n_unvisited_pages, counters=self.counters.copy(),
             stopped=self.stopped, stop_reason=self.stop_reason,
@@ -173,13 +188,33 @@ class EvidenceState:
         base = u * N_DYN
         flat[base + DYN_ACTIVATED] = 1.0
         flat[base + DYN_ACTPOS] = min(1.0, (pos + 1) / max(1, self.budget.max_working_set))
-        flat[_nbr_dyn(gi)[lo:hi]] = 1.0
+        link_idx, linker_idx = _nbr_dyn_pair(gi)
+        flat[link_idx[lo:hi]] = 1.0
+        cells = linker_idx[lo:hi]  # a neighbour linked by several kinds repeats: every copy gets the same max
+        flat[cells] = np.maximum(flat[cells], 1.0 - rank[u] / len(rank))
         if u < gi.n_pages:
             self.n_unvisited_pages -= 1
+            np.minimum(self.page_dist, np.abs(np.arange(gi.n_pages) - u), out=self.page_dist)
             elo, ehi = int(gi.page_lo[u]), int(gi.page_hi[u])
             fr[rank[(st[elo:ehi] == UNVISITED).nonzero()[0] + elo]] = True
             flat[base + DYN_PAGEACT] = 1.0
             flat[elo * N_DYN + DYN_PAGEACT: ehi * N_DYN: N_DYN] = 1.0
+
+    def _recompute_linker(self, nodes: np.ndarray) -> None:
+        """DYN_LINKER of ``nodes`` from scratch (after a prune: a max cannot be decremented)."""
+        gi = self.gi
+        lo = gi.nbr_ptr[nodes]
+        lens = gi.nbr_ptr[nodes + 1] - lo
+        out = np.zeros(len(nodes), dtype=np.float32)
+        ends = np.cumsum(lens)
+        if len(ends) and ends[-1] > 0:
+            starts = ends - lens
+            nb = gi.nbr[np.arange(int(ends[-1])) + np.repeat(lo - starts, lens)]
+            st = self.node_state[nb]
+            vals = np.where((st == ACTIVATED) | (st == OPENED), 1.0 - self.rank_of[nb] / len(self.rank_of), 0.0)
+            nonempty = lens > 0
+            out[nonempty] = np.maximum.reduceat(vals, starts[nonempty])
+        self.dyn[nodes, DYN_LINKER] = out
 
     @property
     def _dyn_flat(self) -> np.ndarray:
@@ -233,7 +268,9 @@ class EvidenceState:
         dyn[tg, DYN_OPENED] = 0.0
         dyn[tg, DYN_PRUNED] = 1.0
         dyn[touched, DYN_LINK0: DYN_LINK0 + N_KINDS] = self.rel_count.reshape(-1, N_KINDS)[touched] > 0
+        self._recompute_linker(np.unique(touched))
         if self.gi.is_page[u]:
+            self.page_dist[:] = _page_distances(self.gi.n_pages, self.node_state)
             dyn[u, DYN_PAGEACT] = 0.0
             dyn[int(self.gi.page_lo[u]): int(self.gi.page_hi[u]), DYN_PAGEACT] = 0.0
         return targets
@@ -276,7 +313,12 @@ class EvidenceState:
         seen = self.act_pos >= 0
         dyn[seen, DYN_ACTPOS] = np.minimum(1.0, (self.act_pos[seen] + 1) / max(1, self.budget.max_working_set))
         dyn[:, DYN_PAGEACT] = st[gi.node_page] == ACTIVATED
-        assert np.array_equal(dyn, self.dyn), "dynamic features drifted"
+        value = (1.0 - self.rank_of / len(self.rank_of)).astype(np.float32)
+        for v in active:
+            nb = gi.nbr[gi.nbr_ptr[v]: gi.nbr_ptr[v + 1]]
+            dyn[nb, DYN_LINKER] = np.maximum(dyn[nb, DYN_LINKER], value[v])
+        assert np.allclose(dyn, self.dyn, atol=1e-6), "dynamic features drifted"
+        assert np.array_equal(_page_distances(gi.n_pages, st), self.page_dist), "page distances drifted"
         c = self.counters
         assert len(self.activation_order) == c.acts_used + c.free_acts, "activation count mismatch"
         assert 0 <= c.acts_used <= self.budget.M and 0 <= c.opens_used <= self.budget.B

@@ -1,4 +1,4 @@
-"""The five relations of the evidence graph, built as columnar arrays.
+"""The relations of the evidence graph (the paper's five plus ``reference``), built as columnar arrays.
 
 Why columnar: a 100-page filing has ~3,000 elements and tens of thousands of
 edges; the environment indexes them with numpy (CSR per kind) and the cache
@@ -18,6 +18,9 @@ kept for people and tools):
   its section (``contains``), over the whole document, not per page.
 * ``semantic``: embedding k-nearest neighbours among elements and among pages
   (label ``similar``), source earlier than target, weight = cosine similarity.
+* ``reference``: an element that mentions "Figure 3", "Table 2", "Section 4.1",
+  "Note 7" or "see page 12" -> the caption, heading or page that defines it
+  (label: the mention's kind; :mod:`mage_gym.graph.references`).
 
 The pure helpers (:func:`section_structure`, :func:`caption_pairs`,
 :func:`is_caption_like`) are shared with the builder and the summariser so the
@@ -56,6 +59,7 @@ class EdgeConfig(Settings):
     semantic_k_pages: int = 2
     semantic_min_sim: float = 0.5  # below this cosine, nodes are unrelated
     semantic_block: int = 1024  # rows per matmul block (memory ~ block * n * 4 bytes)
+    references: bool = True  # build the ``reference`` relation (False: the paper's five relations only)
 
 
 @dataclass
@@ -296,6 +300,17 @@ def _section(out: _Collector, n_pages: int, elements: Sequence[Element]) -> None
     out.add("section", n_pages + par[child], n_pages + child, label=labels)
 
 
+def _reference(out: _Collector, pages: Sequence[Page], elements: Sequence[Element]) -> None:
+    from mage_gym.graph.references import find_references
+
+    seen: dict[tuple[int, int], str] = {}
+    for m in find_references(pages, elements):
+        if m.target >= 0 and (m.source, m.target) not in seen:
+            seen[(m.source, m.target)] = m.label
+    if seen:
+        out.add("reference", [s for s, _ in seen], [t for _, t in seen], label=list(seen.values()))
+
+
 #: similarities closer than 1 / RANK_GRID count as tied when ranking neighbours (see :func:`knn_pairs`)
 RANK_GRID = 100
 
@@ -363,7 +378,7 @@ def _semantic(out: _Collector, n_pages: int, n_el: int, vectors: np.ndarray, el_
 
 def build_edges(pages: Sequence[Page], elements: Sequence[Element], vectors: np.ndarray | None,
                 cfg: EdgeConfig | Mapping[str, Any] | None = None) -> EdgeArrays:
-    """All five relations of one document.
+    """All relations of one document (the paper's five, and ``reference`` unless ``cfg.references`` is off).
 
     ``elements`` must be in document reading order (their node index is
     ``len(pages) + position``); ``vectors`` is the ``[n_pages + n_elements, dim]``
@@ -379,6 +394,8 @@ def build_edges(pages: Sequence[Page], elements: Sequence[Element], vectors: np.
     _reading_order(out, n_pages, n_el)
     _layout(out, n_pages, elements, el_page, cfg)
     _section(out, n_pages, elements)
+    if cfg.references:
+        _reference(out, pages, elements)
     if vectors is not None:
         if vectors.shape[0] != n_pages + n_el:
             raise ValueError(f"vectors has {vectors.shape[0]} rows, expected {n_pages + n_el} (pages + elements)")

@@ -33,8 +33,10 @@ NODE_TYPES: tuple[str, ...] = ("page",) + ELEMENT_TYPES
 #: Types whose evidence lives (partly) in pixels: the renderer adds a crop.
 VISUAL_TYPES: frozenset[str] = frozenset({"figure", "chart", "table"})
 
-EdgeKind = Literal["containment", "reading_order", "layout", "section", "semantic"]
-EDGE_KINDS: tuple[str, ...] = ("containment", "reading_order", "layout", "section", "semantic")
+EdgeKind = Literal["containment", "reading_order", "layout", "section", "semantic", "reference"]
+#: The paper's five relations, then ``reference`` (explicit cross-references; mage_gym/graph/references.py).
+#: New kinds go last so the indices stored in cached graphs keep their meaning.
+EDGE_KINDS: tuple[str, ...] = ("containment", "reading_order", "layout", "section", "semantic", "reference")
 
 BBox = tuple[float, float, float, float]  # (x0, y0, x1, y1)
 

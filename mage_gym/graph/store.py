@@ -43,7 +43,8 @@ from mage_gym.jsonio import json_default
 #: 3: the default encoder runs int8 on CPUs with VNNI (new vectors and semantic edges there).
 #: 4: the layout parser keeps text-layer lines no model box covers; a page whose only lines look like
 #: a header or footer keeps them as elements (text-layer routes). See docs/ARCHITECTURE.md.
-GRAPH_VERSION = "4"
+#: 5: a sixth relation, ``reference`` (explicit cross-references: "Figure 3", "Note 7", "see page 12").
+GRAPH_VERSION = "5"
 FORMAT = 1
 MANIFEST = "manifest.json"
 RECORDS = "records.json"

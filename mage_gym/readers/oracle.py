@@ -2,7 +2,7 @@
 
 Why it exists: training and benchmarking controllers must not wait on a
 vision-language model for every episode. With this reader the environment
-computes support from gold coverage (:func:`mage_gym.reward.coverage`), so a
+computes support from gold coverage (:func:`mage_gym.coverage.cover`), so a
 controller is rewarded for getting the gold evidence in front of the reader
 with little noise and cost. It never touches pixels: images in the rendered
 input stay unloaded.

@@ -31,9 +31,11 @@ CHANNEL_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "colpali")
 #: Named fusions: component list and RRF settings (overridable by keyword config).
 HYBRID_PRESETS: dict[str, dict[str, Any]] = {
     "hybrid_elements": {"components": ["bm25", "dense"], "k": 60.0},
-    # page weights and k: chosen on the dev sets' train splits (experiments/embed_quality.py --select)
+    # page weights and k: chosen on the dev sets' train splits by the rule in experiments/embed_quality.py
+    # (SELECTION_RULE: best pooled train recall@5 among settings losing at most one question against
+    # hybrid_elements on any dataset's train split); docs/results/embed_quality/
     "hybrid_pages": {"components": ["bm25", "dense", "page_dense"], "k": 120.0,
-                     "weights": {"bm25": 1.0, "dense": 0.5, "page_dense": 2.0},
+                     "weights": {"bm25": 1.0, "dense": 0.25, "page_dense": 0.25},
                      # elements are ranked exactly as hybrid_elements ranks them (page weights are chosen on
                      # page recall only); the page channel would give every element of a page its page's score
                      "element_weights": {"bm25": 1.0, "dense": 1.0, "page_dense": 0.0}, "element_k": 60.0},

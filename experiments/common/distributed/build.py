@@ -25,8 +25,18 @@ log = logging.getLogger("experiments.distributed")
 _READY: set[int] = set()  # thread budgets this worker process was already set up for
 
 
-def _build_task(path: str, cfg: Mapping[str, Any], env: Mapping[str, str], threads: int) -> dict[str, Any]:
+class CodeVersionMismatch(RuntimeError):
+    """A worker runs another graph builder (``GRAPH_VERSION``) than the driver: the nodes' code differs."""
+
+
+def _build_task(path: str, cfg: Mapping[str, Any], env: Mapping[str, str], threads: int,
+                graph_version: str) -> dict[str, Any]:
     """Runs in a Ray worker: the driver's pinned settings, then the local build of one document."""
+    from mage_gym.graph.store import GRAPH_VERSION
+
+    if GRAPH_VERSION != graph_version:  # e.g. a node with an older checkout: its graphs would differ
+        raise CodeVersionMismatch(f"worker builds graph version {GRAPH_VERSION}, the driver {graph_version}; "
+                                  "install the same code on every node")
     apply_env(env)
     if threads not in _READY:
         from mage_gym.graph.workers import init_worker
@@ -60,7 +70,9 @@ def build_on_ray(todo: Sequence[Path], cfg: Mapping[str, Any], executor: Mapping
     remote = ray.remote(_build_task).options(num_cpus=cpus, max_retries=int(opts["max_retries"]),
                                              retry_exceptions=False)
     env = pinned_env(threads)
-    pending = {remote.remote(str(p), task_cfg, env, threads): p for p in todo}
+    from mage_gym.graph.store import GRAPH_VERSION
+
+    pending = {remote.remote(str(p), task_cfg, env, threads, GRAPH_VERSION): p for p in todo}
     out: dict[str, dict[str, Any]] = {}
     while pending:
         ready, _ = ray.wait(list(pending), num_returns=1)
@@ -68,9 +80,10 @@ def build_on_ray(todo: Sequence[Path], cfg: Mapping[str, Any], executor: Mapping
             p = pending.pop(ref)
             try:
                 out[str(p)] = ray.get(ref)
-            except Exception as exc:  # noqa: BLE001 - retries exhausted (the worker kept dying)
+            except Exception as exc:  # noqa: BLE001 - retries exhausted (the worker kept dying), or other code
                 log.error("ray task for %s failed after retries: %s", p, exc)
-                out[str(p)] = _record(p, error=RuntimeError(f"ray task failed after retries: {exc}"))
+                cause = exc.cause if isinstance(getattr(exc, "cause", None), CodeVersionMismatch) else None
+                out[str(p)] = _record(p, error=cause or RuntimeError(f"ray task failed after retries: {exc}"))
             if bar is not None:
                 bar.update(1)
     return out

@@ -1,0 +1,246 @@
+"""Training speed: environment steps per second of MaskablePPO's ``learn``, split into rollout and update.
+
+Why a separate script: the steps/s that train.py logs include validation
+inside ``learn``; this one runs ``learn`` with no callback but a timer, so
+the figures are the training loop alone. ``policy.ppo``'s network and PPO
+hyperparameters (conf/policy/ppo.yaml) are used unchanged; the training
+envs are built exactly as train.py builds them (oracle reader, shaping per
+``train.shaping``). Two settings run one after the other in the same
+process, on the same corpus, with the same seed and step count:
+
+* ``before``: ``DummyVecEnv`` with one env (train.py's old default path);
+* ``after``: ``SubprocVecEnv`` with ``--n-envs`` worker processes;
+* optionally more (``--also dummy:8``: eight envs in this process, whose
+  policy forward is batched over the eight).
+
+Per setting: ``vec_setup_s`` (worker start, excluded), ``learn_setup_s``
+(``learn`` until the first rollout: first resets), ``rollout_s`` (env
+steps + policy forward, between SB3's rollout start and end hooks),
+``update_s`` (the rest of ``learn``: gradient epochs), and steps/s over
+rollout + update. Then, outside the timed window, the validation reward of
+the trained model at these equal env steps (unshaped, ordinary env), since
+a faster configuration must not learn worse per step.
+
+Corpora: the synthetic ``tiny`` corpus (generated into the cache when
+missing, fast parser), and the real mix (MMLongBench + FinanceBench train
+splits, ``env.parser=fast``) when its graphs are already in the cache
+(never built here; episodes whose graph is missing are left out and
+counted).
+
+Run::
+
+    .venv/bin/python experiments/perf_train.py                       # outputs/perf_train/results.json
+    .venv/bin/python experiments/perf_train.py --steps 4096 --corpora synth -- train.shaping=false
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def compose(overrides: Sequence[str]) -> dict[str, Any]:
+    """The train.py config with ``overrides`` (plain containers)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from experiments.common.config import plain
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        return plain(hydra_compose(config_name="train", overrides=list(overrides)))
+
+
+def synth_corpus(root: Path, n_docs: int, seed: int) -> Path:
+    """The generator's ``tiny`` corpus at ``root`` (generated once)."""
+    from mage_gym.data.synth import generate_corpus, preset, read_manifest
+
+    default_docs, scfg = preset("tiny")
+    try:
+        m = read_manifest(root)
+        if m.get("config") == scfg.to_dict() and m.get("n_docs") == n_docs and m.get("seed") == seed:
+            return root
+    except Exception:  # noqa: BLE001 - absent or unreadable: generate
+        pass
+    generate_corpus(root, n_docs or default_docs, seed=seed, cfg=scfg, workers=2)
+    return root
+
+
+def cached_only(episodes: Sequence[Any], parser: str, graph_kwargs: Mapping[str, Any] | None) -> tuple[list[Any], int]:
+    """The episodes whose document graph is already in the cache (nothing is built), and how many were left out."""
+    from mage_gym.graph import GraphNotBuiltError
+    from mage_gym.graph.build import load_graph
+
+    kw = dict(graph_kwargs or {})
+    ok: dict[str, bool] = {}
+    for src in sorted({e.source for e in episodes}):
+        try:
+            load_graph(src, parser=parser, cache_dir=kw.get("cache_dir"), max_pages=kw.get("max_pages"),
+                       parser_cfg=kw.get("parser_cfg"), edge_cfg=kw.get("edge_cfg"), embed_cfg=kw.get("embed_cfg"))
+            ok[src] = True
+        except (GraphNotBuiltError, FileNotFoundError, OSError):
+            ok[src] = False
+    kept = [e for e in episodes if ok.get(e.source)]
+    return kept, len(episodes) - len(kept)
+
+
+def phase_timer() -> Any:
+    """SB3 callback timing rollout phases (and the start of ``learn`` before the first one)."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class PhaseTimer(BaseCallback):
+        def _on_training_start(self) -> None:
+            self.t_start = time.perf_counter()
+            self.first_rollout: float | None = None
+            self.rollout_s = 0.0
+            self.rollouts = 0
+
+        def _on_rollout_start(self) -> None:
+            self.t_rollout = time.perf_counter()
+            if self.first_rollout is None:
+                self.first_rollout = self.t_rollout
+
+        def _on_rollout_end(self) -> None:
+            self.rollout_s += time.perf_counter() - self.t_rollout
+            self.rollouts += 1
+
+        def _on_step(self) -> bool:
+            return True
+
+    return PhaseTimer()
+
+
+def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], kind: str, n_envs: int,
+            steps: int) -> dict[str, Any]:
+    """One setting: build the envs and a fresh model, time ``learn(steps)``, then validate (untimed)."""
+    from stable_baselines3.common.monitor import Monitor
+
+    from experiments.common.envs import make_env
+    from experiments.common.episodes import episode_of
+    from experiments.common.policy_options import policy_options
+    from experiments.common.training import LEARNER, VAL_SEED, evaluate, make_vec_env, shaping_kwargs
+    from policies.ppo import build_model
+
+    tc, env_cfg = cfg["train"], cfg["env"]
+    ptrain = dict(policy_options(cfg, LEARNER).get("train") or {})
+    algo = ptrain.get("algo", "maskable_ppo")
+    render_mode = env_cfg.get("render_mode", "visual")
+    shaping = bool(tc.get("shaping", False))
+    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, shaping)}}
+    n_docs = len({episode_of(e).source for e in train_eps})
+
+    def make_one() -> Any:
+        env = make_env(train_eps, train_cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
+        return Monitor(env)
+
+    t0 = time.perf_counter()
+    vec = make_vec_env(make_one, n_envs, kind)
+    vec_setup = time.perf_counter() - t0
+    try:
+        model = build_model(vec, algo=algo, seed=int(cfg.get("seed", 0)), net=ptrain.get("net"),
+                            hparams=ptrain.get("hparams"), device=tc.get("device", "cpu"))
+        timer = phase_timer()
+        t0 = time.perf_counter()
+        model.learn(total_timesteps=steps, callback=timer)
+        wall = time.perf_counter() - t0
+    finally:
+        vec.close()
+    setup = (timer.first_rollout or t0) - t0  # learn's own setup: the first reset of every env (graph loads)
+    update = max(0.0, wall - setup - timer.rollout_s)
+    n = int(model.num_timesteps)
+    row: dict[str, Any] = {
+        "vec_env": "subproc" if kind == "subproc" and n_envs > 1 else "dummy", "n_envs": n_envs, "env_steps": n,
+        "rollouts": timer.rollouts, "vec_setup_s": vec_setup, "learn_setup_s": setup, "rollout_s": timer.rollout_s,
+        "update_s": update, "learn_wall_s": wall, "steps_per_s": n / max(1e-9, timer.rollout_s + update),
+        "rollout_steps_per_s": n / max(1e-9, timer.rollout_s), "shaping": shaping}
+    if val_eps:
+        _, m = evaluate(model, algo, val_eps, cfg, render_mode, seed=VAL_SEED)
+        row.update(val_episodes=len(val_eps), val_reward=m["reward"], val_page_recall=m["evidence_page_recall"])
+    print(f"  {row['vec_env']} x{n_envs}: {row['steps_per_s']:.0f} steps/s (rollout {timer.rollout_s:.1f} s, "
+          f"update {update:.1f} s, setup {setup:.1f} s); val reward {row.get('val_reward')}", flush=True)
+    return row
+
+
+def corpus_episodes(name: str, cfg: Mapping[str, Any], args: argparse.Namespace) -> tuple[list[Any], list[Any],
+                                                                                         dict[str, Any]]:
+    """(train episodes, val episodes, description) of ``synth`` or ``real_mix``."""
+    from experiments.common.episodes import load_episodes, prepare_graphs
+
+    parser = cfg["env"].get("parser", "fast")
+    gk = cfg["env"].get("graph_kwargs")
+    if name == "synth":
+        root = synth_corpus(Path(args.synth_root), args.synth_docs, args.synth_seed)
+        ds = {"name": "synth", "root": str(root), "seed": 0}
+        train = prepare_graphs(load_episodes(ds, split="train", limit=None, usable_only=True), parser, 2, gk)
+        val = prepare_graphs(load_episodes(ds, split="val", limit=args.val_episodes), parser, 2, gk)
+        return train, val, {"root": str(root), "parser": parser}
+    train, val, left_out = [], [], 0
+    for ds_name in ("mmlongbench", "financebench"):
+        ds = {"name": ds_name, "root": None, "seed": 0}
+        kept, missing = cached_only(load_episodes(ds, split="train", limit=None, usable_only=True), parser, gk)
+        train += kept
+        left_out += missing
+        kept, _ = cached_only(load_episodes(ds, split="val", limit=args.val_episodes), parser, gk)
+        val += kept
+    return train, val, {"datasets": ["mmlongbench", "financebench"], "parser": parser,
+                        "train_episodes_without_cached_graph": left_out}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--steps", type=int, default=8192, help="env steps of each learn() call")
+    ap.add_argument("--n-envs", type=int, default=2, help="worker processes of the 'after' setting")
+    ap.add_argument("--also", default="", help="more settings to measure, e.g. dummy:8,subproc:4 (kind:n_envs)")
+    ap.add_argument("--corpora", default="synth,real_mix", help="comma list of synth, real_mix")
+    ap.add_argument("--synth-root", default=None, help="synthetic corpus (default: $MAGE_GYM_CACHE/synth/tiny_n7_s0)")
+    ap.add_argument("--synth-docs", type=int, default=7)
+    ap.add_argument("--synth-seed", type=int, default=0)
+    ap.add_argument("--val-episodes", type=int, default=16, help="validation episodes per dataset (untimed)")
+    ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--out", default="outputs/perf_train/results.json")
+    ap.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. train.shaping=false")
+    args = ap.parse_args(argv)
+    from experiments.common.config import quiet_libraries, set_threads
+    from experiments.common.results import write_json
+    from mage_gym.paths import cache_root
+
+    quiet_libraries()
+    set_threads(args.torch_threads)
+    if args.synth_root is None:
+        args.synth_root = str(cache_root() / "synth" / f"tiny_n{args.synth_docs}_s{args.synth_seed}")
+    cfg = compose(["logger=none", "env.parser=fast", *args.overrides])
+    out: dict[str, Any] = {
+        "command": " ".join([Path(sys.executable).name, "experiments/perf_train.py", *(argv or sys.argv[1:])]),
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+                    "loadavg_start": os.getloadavg()},
+        "steps": args.steps, "hparams": (cfg["policy"]["ppo"].get("train") or {}).get("hparams"),
+        "net": (cfg["policy"]["ppo"].get("train") or {}).get("net"), "corpora": {}}
+    for name in [c.strip() for c in args.corpora.split(",") if c.strip()]:
+        print(f"[{name}]", flush=True)
+        train, val, desc = corpus_episodes(name, cfg, args)
+        if not train:
+            out["corpora"][name] = {**desc, "skipped": "no training episodes with a cached graph"}
+            print("  skipped: no training episodes with a cached graph", flush=True)
+            continue
+        res = {**desc, "train_episodes": len(train), "train_documents": len({e.source for e in train}),
+               "val_episodes": len(val)}
+        res["before"] = measure(cfg, train, val, "dummy", 1, args.steps)
+        res["after"] = measure(cfg, train, val, "subproc", args.n_envs, args.steps)
+        res["speedup"] = res["after"]["steps_per_s"] / max(1e-9, res["before"]["steps_per_s"])
+        for item in [x.strip() for x in args.also.split(",") if x.strip()]:
+            kind, n = item.split(":")
+            res.setdefault("also", {})[item] = measure(cfg, train, val, kind, int(n), args.steps)
+        out["corpora"][name] = res
+    out["machine"]["loadavg_end"] = os.getloadavg()
+    path = write_json(Path(args.out), out)
+    print(f"results: {path}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

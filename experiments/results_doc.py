@@ -28,13 +28,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("run_dir", type=Path)
     p.add_argument("name")
     p.add_argument("--command", required=True, help="the exact command that produced the run")
+    p.add_argument("--commit", default=None, help="the commit that produced the run (default: the checkout's)")
     p.add_argument("--results-root", type=Path, default=REPO / "docs" / "results")
     r = sub.add_parser("render", help="write docs/RESULTS.md from docs/results/*/")
     r.add_argument("--results-root", type=Path, default=REPO / "docs" / "results")
     r.add_argument("--out", type=Path, default=REPO / "docs" / "RESULTS.md")
     args = ap.parse_args(argv)
     if args.cmd == "publish":
-        dest = publish(args.run_dir, args.name, args.command, args.results_root, REPO)
+        dest = publish(args.run_dir, args.name, args.command, args.results_root, REPO, commit=args.commit)
         print(f"published {dest}")
     else:
         args.out.write_text(render(args.results_root, RENDER_COMMAND))

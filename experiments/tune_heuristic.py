@@ -35,7 +35,7 @@ from typing import Any, Mapping
 
 import hydra
 import numpy as np
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
 from experiments.common.benchmarking import benchmark_episodes, episode_row, run_policy
 from experiments.common.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
@@ -58,11 +58,15 @@ def grid_points(grid: Mapping[str, list[Any]], fixed: Mapping[str, Any]) -> list
 
 
 def dataset_node(cfg: Mapping[str, Any], name: str, split: str) -> dict[str, Any]:
-    """``conf/dataset/<name>.yaml`` with the split set; the ``dataset`` node's root/limit apply to its own name."""
-    path = _CONF / "dataset" / f"{name}.yaml"
-    if not path.exists():
-        raise ConfigError(f"unknown dataset {name!r} (no {path})")
-    node = dict(OmegaConf.to_container(OmegaConf.load(path)))
+    """The ``dataset`` group's ``<name>`` node, composed by Hydra under ``dataset_nodes.<name>``, with the split set.
+
+    The ``dataset`` node's root/limit/seed apply to its own name.
+    """
+    composed = section(cfg, "dataset_nodes")
+    if name not in composed:
+        raise ConfigError(f"dataset {name!r} is not composed: add `- dataset@dataset_nodes.{name}: {name}` to the "
+                          f"defaults of conf/tune_heuristic.yaml (composed: {sorted(composed)})")
+    node = dict(composed[name])
     given = section(cfg, "dataset")
     if given.get("name") == name:
         node.update({k: given[k] for k in ("root", "limit", "seed") if k in given})

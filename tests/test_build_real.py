@@ -101,7 +101,8 @@ def test_filing_fast_parser_two_workers(data_root, tmp_path):
     finally:
         shutdown_pool()
     assert g.n_pages == 9 and "table" in g.element_type_counts()
-    assert all(c > 0 for c in g.edge_counts().values()), g.edge_counts()
+    counts = g.edge_counts()  # the paper's five relations are always there; `reference` only where text cites
+    assert all(counts[k] > 0 for k in ("containment", "reading_order", "layout", "section", "semantic")), counts
     _same(g, g1, rebuilt=True)  # chunked worker build == single-process build
     table = next(e for e in g.elements if e.type == "table")
     assert table.summary.startswith("Table (")

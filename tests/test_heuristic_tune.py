@@ -17,12 +17,21 @@ def test_grid_points_product_with_fixed() -> None:
 
 
 def test_dataset_node_refuses_test_split() -> None:
-    node = dataset_node({"dataset": {"name": "mmlongbench", "limit": 7}}, "mmlongbench", "val")
+    from hydra import compose, initialize_config_dir
+
+    from experiments.common.config import plain
+    from experiments.tune_heuristic import _CONF
+
+    with initialize_config_dir(config_dir=str(_CONF), version_base=None):
+        cfg = plain(compose(config_name="tune_heuristic", overrides=["dataset.limit=7"]))
+    node = dataset_node(cfg, "mmlongbench", "val")
     assert node["name"] == "mmlongbench" and node["split"] == "val" and node["limit"] == 7
-    other = dataset_node({"dataset": {"name": "mmlongbench", "limit": 7}}, "financebench", "train")
+    other = dataset_node(cfg, "financebench", "train")
     assert other["limit"] is None  # the dataset node's own overrides apply to its own name only
     with pytest.raises(ConfigError, match="test"):
-        dataset_node({}, "mmlongbench", "test")
+        dataset_node(cfg, "mmlongbench", "test")
+    with pytest.raises(ConfigError, match="not composed"):
+        dataset_node(cfg, "nosuchset", "val")
 
 
 def _cell(mean: float | None, n: int) -> dict:

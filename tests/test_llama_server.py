@@ -115,6 +115,7 @@ def paper_cfg(base_url: str, **transport) -> dict:
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         cfg = plain(compose(config_name="paper", overrides=overrides))
     cfg["env"].update(K=K, budget=dict(BUDGET), query_fn=hash_query_fn(16))
+    cfg["equal_cost"] = {"enabled": False}  # its topk_page curve would add reader requests the counts below omit
     cfg["reader"].update(transport)
     cfg["policy"]["llm_evaluator"]["backend"].update(transport)
     return cfg

@@ -40,8 +40,11 @@ def current_commit(repo: Path) -> str:
 
 
 def publish(run_dir: Path, name: str, command: str, results_root: Path, repo: Path,
-            date: str | None = None) -> Path:
-    """Copy ``run_dir/results.json`` (+ figures) to ``results_root/name/`` with its provenance."""
+            date: str | None = None, commit: str | None = None) -> Path:
+    """Copy ``run_dir/results.json`` (+ figures) to ``results_root/name/`` with its provenance.
+
+    ``commit`` names the code that produced the run when it is not the checkout's current state (default).
+    """
     src = Path(run_dir) / "results.json"
     if not src.is_file():
         raise FileNotFoundError(f"{src} does not exist: publish a run directory that holds a results.json")
@@ -56,7 +59,7 @@ def publish(run_dir: Path, name: str, command: str, results_root: Path, repo: Pa
     for fig in sorted(Path(run_dir).iterdir()):
         if fig.suffix in FIGURE_SUFFIXES:
             shutil.copy2(fig, dest / fig.name)
-    prov = {"command": command, "date": date or _dt.date.today().isoformat(), "commit": current_commit(repo)}
+    prov = {"command": command, "date": date or _dt.date.today().isoformat(), "commit": commit or current_commit(repo)}
     (dest / "provenance.json").write_text(json.dumps(prov, indent=1) + "\n")
     return dest
 

@@ -8,9 +8,8 @@ on, its validation) would fail these tests.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
-from typing import Any, Iterator
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -18,42 +17,15 @@ import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 import mage_gym.env.env as env_module
-from mage_gym.data.episode import Episode
 from mage_gym.env import NUMERIC_KEYS, EnvEpisode, PrivilegedAccessError
 from mage_gym.env._synthetic import hash_query_fn
+from gold_guard import GoldRead, GuardedEpisode, gate
 from mage_gym.testing import make_toy_graph
 from policies.dagger import DaggerConfig, aggregate, collect_round, on_policy_agreement, run_dagger
 from policies.oracle import OraclePolicy
 
 K, BUDGET = 16, {"k": 1, "m": 2, "M": 6, "T": 3, "B": 3}
 QF = hash_query_fn(16)
-GOLD_FIELDS = frozenset({"answer", "answer_format", "answerable", "evidence_pages", "evidence_regions",
-                         "evidence_text", "gold_node_ids", "evidence_sources", "task_tags", "flags", "extra",
-                         "evidence_hops", "hops", "n_hops", "usable_for_training", "multi_page"})
-
-
-class GoldRead(AssertionError):
-    """A gold field was read outside the reward and the teacher."""
-
-
-class _Gate:
-    open = False
-
-
-@contextlib.contextmanager
-def gate() -> Iterator[None]:
-    before, _Gate.open = _Gate.open, True
-    try:
-        yield
-    finally:
-        _Gate.open = before
-
-
-class GuardedEpisode(Episode):
-    def __getattribute__(self, name: str) -> Any:
-        if name in GOLD_FIELDS and not _Gate.open:
-            raise GoldRead(f"gold field {name!r} read outside the reward and the teacher")
-        return object.__getattribute__(self, name)
 
 
 class GatedOracle(OraclePolicy):

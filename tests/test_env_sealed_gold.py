@@ -9,7 +9,6 @@ and its wrappers and finds no gold object.
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 from typing import Any, Iterator
 
@@ -24,6 +23,7 @@ from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import EnvEpisode, PrivilegedAccessError, PrivilegedView
 from mage_gym.env._synthetic import hash_query_fn
 from mage_gym.env.episodes import Gold
+from gold_guard import GoldRead, GuardedEpisode, gate
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
@@ -31,37 +31,6 @@ from policies.runner import run_episode
 
 K, BUDGET = 16, {"k": 2, "m": 2, "M": 6, "T": 3, "B": 3}
 QF = hash_query_fn(16)
-GOLD_FIELDS = frozenset({
-    "answer", "answer_format", "answerable", "evidence_pages", "evidence_regions", "evidence_text",
-    "gold_node_ids", "evidence_sources", "task_tags", "flags", "extra", "evidence_hops", "hops", "n_hops",
-    "usable_for_training", "multi_page",
-})
-
-
-class GoldRead(AssertionError):
-    """A gold field was read outside the reward computation."""
-
-
-class _Gate:
-    open = False
-
-
-@contextlib.contextmanager
-def gate() -> Iterator[None]:
-    before, _Gate.open = _Gate.open, True
-    try:
-        yield
-    finally:
-        _Gate.open = before
-
-
-class GuardedEpisode(Episode):
-    """An Episode whose gold fields raise unless the gate is open."""
-
-    def __getattribute__(self, name: str) -> Any:
-        if name in GOLD_FIELDS and not _Gate.open:
-            raise GoldRead(f"gold field {name!r} read outside the reward")
-        return object.__getattribute__(self, name)
 
 
 def guarded(ep: Episode) -> GuardedEpisode:

@@ -67,6 +67,10 @@ SIDECAR_FORMAT = "mage-gym-policy-v2"
 SIDECAR_FIELDS: tuple[str, ...] = ("node_features", "observation_keys", "K", "render_mode", "graph_version")
 
 
+#: loaded when no checkpoint is given: a DAgger student shipped with the package (its README says how it was made)
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "dagger_seed0.zip"
+
+
 class CheckpointMismatch(ValueError):
     """A checkpoint was trained on inputs other than the ones it would now get (the message names each)."""
 
@@ -170,7 +174,7 @@ class PPOPolicy(BasePolicy):
         super().__init__(render_mode=render_mode, **kw)
         self.train_cfg = dict(train or {})  # training settings (experiments/train.py); unused when acting
         if model is None and not checkpoint:
-            raise ValueError("ppo needs policy.ppo.checkpoint=PATH (train one with experiments/train.py)")
+            checkpoint = str(SHIPPED_CHECKPOINT)  # the packaged DAgger student (policies/checkpoints/README.md)
         self.checkpoint = checkpoint
         self.meta: dict[str, Any] = {}
         self.allow_mismatch = tuple(allow_mismatch or ())

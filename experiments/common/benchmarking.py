@@ -390,7 +390,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
 
         try:
             for name, budget, opts in plan:
-                checkpoint = checkpoint_of(name, opts)
+                checkpoint = None if name in (policy_objects or {}) else checkpoint_of(name, opts)  # an object: no file
                 key = run_key(cfg, name, opts, budget)
                 eps = limited(episodes, opts)
                 done = {r["episode_id"]: r for r in old if r.get("run_key") == key and not r.get("failed")

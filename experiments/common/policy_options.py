@@ -55,6 +55,10 @@ def checkpoint_identity(path: str | Path) -> dict[str, str]:
 def checkpoint_of(name: str, opts: Mapping[str, Any]) -> dict[str, str] | None:
     """The checkpoint identity of a learned policy's options (None for rule policies or an in-memory model)."""
     ckpt = opts.get("checkpoint")
+    if name == "ppo" and not ckpt:  # no path given: the policy loads the shipped checkpoint
+        from policies.ppo import SHIPPED_CHECKPOINT
+
+        ckpt = SHIPPED_CHECKPOINT
     if name not in LEARNED or not ckpt or not Path(str(ckpt)).expanduser().is_file():
         return None
     return checkpoint_identity(str(ckpt))

@@ -166,8 +166,8 @@ def test_registry_errors() -> None:
         get_policy("heuristic", threshold=0.3)
     with pytest.raises(ValueError):
         get_policy("heuristic", open_min_rel=3.0)
-    with pytest.raises(ValueError, match="checkpoint"):
-        get_policy("ppo")
+    with pytest.raises(FileNotFoundError, match="no checkpoint"):
+        get_policy("ppo", checkpoint="/nonexistent/run/checkpoint.zip")  # (no checkpoint at all: the shipped one)
 
 
 def test_ppo_trains_saves_loads_and_acts(pairs, tmp_path) -> None:

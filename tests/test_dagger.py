@@ -16,10 +16,9 @@ import numpy as np
 import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-import mage_gym.env.env as env_module
 from mage_gym.env import NUMERIC_KEYS, EnvEpisode, PrivilegedAccessError
 from mage_gym.env._synthetic import hash_query_fn
-from gold_guard import GoldRead, GuardedEpisode, gate
+from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
 from mage_gym.testing import make_toy_graph
 from policies.dagger import DaggerConfig, aggregate, collect_round, on_policy_agreement, run_dagger
 from policies.oracle import OraclePolicy
@@ -42,13 +41,8 @@ class GatedOracle(OraclePolicy):
 
 @pytest.fixture(autouse=True)
 def reward_gate(monkeypatch):
-    score = env_module.score_episode
-
-    def gated(*args: Any, **kw: Any):
-        with gate():
-            return score(*args, **kw)
-
-    monkeypatch.setattr(env_module, "score_episode", gated)
+    """Open the gate only while the env scores the finished episode."""
+    open_gate_while_scoring(monkeypatch)
 
 
 def _pairs(seed: int, n: int, prefix: str) -> list[EnvEpisode]:

@@ -17,13 +17,12 @@ import numpy as np
 import pytest
 
 import mage_gym
-import mage_gym.env.env as env_module
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import EnvEpisode, PrivilegedAccessError, PrivilegedView
 from mage_gym.env._synthetic import hash_query_fn
 from mage_gym.env.episodes import Gold
-from gold_guard import GoldRead, GuardedEpisode, gate
+from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
@@ -41,13 +40,7 @@ def guarded(ep: Episode) -> GuardedEpisode:
 @pytest.fixture
 def reward_gate(monkeypatch):
     """Open the gate only while the env scores the finished episode."""
-    score = env_module.score_episode
-
-    def gated(*args: Any, **kw: Any):
-        with gate():
-            return score(*args, **kw)
-
-    monkeypatch.setattr(env_module, "score_episode", gated)
+    open_gate_while_scoring(monkeypatch)
 
 
 @pytest.fixture(scope="module")

@@ -25,14 +25,19 @@ POLICIES: dict[str, tuple[str, str]] = {
 }
 
 
-def get_policy(name: str, **cfg: Any) -> Policy:
-    """Build a policy by name; ``cfg`` are its options (a ``name`` key, as in configs, is ignored)."""
-    cfg.pop("name", None)
+def policy_class(name: str) -> type:
+    """The class registered as ``name`` (imported on demand), e.g. to read ``privileged`` without building it."""
     key = str(name).strip().lower()
     if key not in POLICIES:
         raise ValueError(f"unknown policy {name!r}; expected one of {sorted(POLICIES)}")
     module, cls = POLICIES[key]
-    return getattr(importlib.import_module(module), cls)(**cfg)
+    return getattr(importlib.import_module(module), cls)
 
 
-__all__ = ["POLICIES", "BasePolicy", "EnvInfo", "Policy", "get_policy"]
+def get_policy(name: str, **cfg: Any) -> Policy:
+    """Build a policy by name; ``cfg`` are its options (a ``name`` key, as in configs, is ignored)."""
+    cfg.pop("name", None)
+    return policy_class(name)(**cfg)
+
+
+__all__ = ["POLICIES", "BasePolicy", "EnvInfo", "Policy", "get_policy", "policy_class"]

@@ -110,3 +110,27 @@ class BasePolicy:
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(render_mode={self.render_mode!r})"
+
+
+class EnvBoundPolicy(BasePolicy):
+    """A policy that reads its env's public API (graph, slots) or privileged view beside the observation.
+
+    Why a base: such a policy must be bound to the env it plays before
+    ``reset`` (``Policy(env)`` or :meth:`bind`), and saying so the same way
+    everywhere keeps the binding deliberate (the oracle is never bound
+    implicitly; ``needs_env`` policies are bound by :func:`policies.runner.run_episode`).
+    """
+
+    def __init__(self, env: Any = None, render_mode: str | None = None, **kw: Any) -> None:
+        super().__init__(render_mode=render_mode, **kw)
+        self._env = env
+
+    def bind(self, env: Any) -> "EnvBoundPolicy":
+        self._env = env
+        return self
+
+    def reset(self, env_info: EnvInfo) -> None:
+        super().reset(env_info)
+        if self._env is None:
+            cls = type(self).__name__
+            raise RuntimeError(f"{cls} needs its env: {cls}(env) or policy.bind(env)")

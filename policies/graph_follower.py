@@ -46,14 +46,14 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from mage_gym.env import Op
-from policies.base import BasePolicy, EnvInfo
+from policies.base import EnvBoundPolicy, EnvInfo
 from policies.features import SlotView, action_of, best_slot, op_mask
 
 #: Relations followed by default, in priority order.
 DEFAULT_KINDS: tuple[str, ...] = ("reference", "semantic", "section")
 
 
-class GraphFollowerPolicy(BasePolicy):
+class GraphFollowerPolicy(EnvBoundPolicy):
     """Anchor on the best passage, follow its relations to a few new pages (see module docstring)."""
 
     name = "graph_follower"
@@ -62,10 +62,9 @@ class GraphFollowerPolicy(BasePolicy):
     def __init__(self, env: Any = None, kinds: Sequence[str] = DEFAULT_KINDS, hops: int = 2,
                  max_new_pages: int = 3, make_room: bool = True, render_mode: str | None = None,
                  **kw: Any) -> None:
-        super().__init__(render_mode=render_mode, **kw)
+        super().__init__(env=env, render_mode=render_mode, **kw)
         if hops < 1 or max_new_pages < 0:
             raise ValueError(f"hops must be >= 1 and max_new_pages >= 0, got {hops}, {max_new_pages}")
-        self._env = env
         self.kinds, self.hops, self.max_new_pages, self.make_room = tuple(kinds), int(hops), int(max_new_pages), \
             bool(make_room)
         self._graph: Any = None
@@ -75,14 +74,8 @@ class GraphFollowerPolicy(BasePolicy):
         self._to_open: list[int] = []
         self._mode = "visual"
 
-    def bind(self, env: Any) -> "GraphFollowerPolicy":
-        self._env = env
-        return self
-
     def reset(self, env_info: EnvInfo) -> None:
-        super().reset(env_info)
-        if self._env is None:
-            raise RuntimeError("GraphFollowerPolicy needs its env: GraphFollowerPolicy(env) or policy.bind(env)")
+        super().reset(env_info)  # raises unless bound to its env
         self._graph = self._env.get_wrapper_attr("graph")
         self._anchors, self._plan, self._followed, self._to_open = None, None, set(), []
         self._mode = self.render_mode or env_info.render_mode

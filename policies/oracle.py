@@ -49,11 +49,11 @@ import numpy as np
 
 from mage_gym.coverage import cover
 from mage_gym.env import Op
-from policies.base import BasePolicy, EnvInfo
+from policies.base import EnvBoundPolicy, EnvInfo
 from policies.features import SlotView, action_of, best_slot, op_mask
 
 
-class OraclePolicy(BasePolicy):
+class OraclePolicy(EnvBoundPolicy):
     """Greedy gold-aware controller over the env's candidate slots (see module docstring).
 
     Bind it to the env it plays (``OraclePolicy(env)`` or :meth:`bind`): it
@@ -64,21 +64,14 @@ class OraclePolicy(BasePolicy):
     privileged = True  # its results are upper bounds: never in a comparison unless asked for
 
     def __init__(self, env: Any = None, render_mode: str | None = None, **kw: Any) -> None:
-        super().__init__(render_mode=render_mode, **kw)
-        self._env = env
+        super().__init__(env=env, render_mode=render_mode, **kw)
         self._view = None
         self._node_page: np.ndarray | None = None
         self._n_pages = 0
         self._mode = "visual"
 
-    def bind(self, env: Any) -> "OraclePolicy":
-        self._env = env
-        return self
-
     def reset(self, env_info: EnvInfo) -> None:
-        super().reset(env_info)
-        if self._env is None:
-            raise RuntimeError("OraclePolicy needs its env: OraclePolicy(env) or policy.bind(env)")
+        super().reset(env_info)  # raises unless bound to its env
         get = self._env.get_wrapper_attr
         self._view = get("privileged_view")()  # raises PrivilegedAccessError unless privileged=True
         graph = get("graph")

@@ -81,12 +81,9 @@ def build(name: str, env: gym.Env):
 
 def _non_privileged() -> list[str]:
     """Every registered policy that does not declare itself privileged (new policies join automatically)."""
-    import importlib
+    from policies import POLICIES, policy_class
 
-    from policies import POLICIES
-
-    return [n for n, (mod, cls) in sorted(POLICIES.items())
-            if not getattr(getattr(importlib.import_module(mod), cls), "privileged", False)]
+    return [n for n in sorted(POLICIES) if not getattr(policy_class(n), "privileged", False)]
 
 
 @pytest.mark.parametrize("name", _non_privileged())

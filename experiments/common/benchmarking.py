@@ -303,10 +303,8 @@ def check_backends(cfg: Mapping[str, Any], names: Sequence[str], reader: Any) ->
     once (its backend options are checked in its constructor) and validated
     (a server must serve the model). Any failure is one :class:`ConfigError`.
     """
-    import importlib
-
     from mage_gym.readers.errors import ReaderError
-    from policies import POLICIES, get_policy
+    from policies import get_policy, policy_class
 
     def check(what: str, fn: Any) -> None:
         try:
@@ -319,8 +317,7 @@ def check_backends(cfg: Mapping[str, Any], names: Sequence[str], reader: Any) ->
     if callable(check_reader):
         check("reader", check_reader)
     for name in names:
-        module, cls_name = POLICIES[name]
-        if not callable(getattr(getattr(importlib.import_module(module), cls_name), "validate", None)):
+        if not callable(getattr(policy_class(name), "validate", None)):
             continue
 
         def build_and_validate(name: str = name) -> None:
@@ -477,12 +474,9 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
 
 def is_privileged(name: str) -> bool:
     """Whether the registered policy ``name`` reads gold (its class says ``privileged = True``)."""
-    import importlib
+    from policies import policy_class
 
-    from policies import POLICIES
-
-    module, cls_name = POLICIES[name]
-    return bool(getattr(getattr(importlib.import_module(module), cls_name), "privileged", False))
+    return bool(getattr(policy_class(name), "privileged", False))
 
 
 #: ``equal_cost`` defaults (conf/benchmark.yaml documents them)

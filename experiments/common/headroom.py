@@ -54,21 +54,30 @@ def _neighbours(adj: tuple[np.ndarray, np.ndarray], nodes: np.ndarray) -> np.nda
     return np.unique(np.concatenate(parts)) if parts else nodes
 
 
-def neighbourhood_pages(graph: Any, entry_pages: Sequence[int], kinds: Sequence[str], hops: int) -> set[int]:
-    """Pages with a node within ``hops`` edges of ``kinds`` from the entry pages and their elements (entry excluded)."""
+def pages_by_hop(graph: Any, entry_pages: Sequence[int], kinds: Sequence[str], hops: int) -> list[set[int]]:
+    """For 1..``hops``: pages with a node within that many edges of ``kinds`` from the entry pages and their
+    elements (entry excluded). One breadth-first walk serves every hop count."""
     node_page = np.asarray(graph.node_page)
     seeds = [int(p) for p in entry_pages]
     for p in entry_pages:
         seeds.extend(graph.element_indices_of_page(int(p)))
     frontier = np.unique(np.asarray(seeds, dtype=np.int64))
     seen = set(frontier.tolist())
+    entry = {int(p) for p in entry_pages}
+    out: list[set[int]] = []
     for _ in range(hops):
         nxt = [_neighbours(graph.adjacency[k], frontier) for k in kinds]
         found = np.unique(np.concatenate(nxt)) if nxt else frontier[:0]
         found = np.asarray([n for n in found.tolist() if n not in seen], dtype=np.int64)
         seen.update(found.tolist())
         frontier = found
-    return set(node_page[list(seen)].tolist()) - {int(p) for p in entry_pages}
+        out.append(set(node_page[list(seen)].tolist()) - entry)
+    return out
+
+
+def neighbourhood_pages(graph: Any, entry_pages: Sequence[int], kinds: Sequence[str], hops: int) -> set[int]:
+    """Pages with a node within ``hops`` edges of ``kinds`` from the entry pages and their elements (entry excluded)."""
+    return pages_by_hop(graph, entry_pages, kinds, hops)[-1]
 
 
 def page_order_in_window(order: Sequence[int], window: tuple[int, int] | None) -> list[int]:
@@ -106,19 +115,18 @@ def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequenc
     n_other = max(1, graph.n_pages - len(entry))
     reach: dict[int, dict[str, int]] = {1: {}, 2: {}}
     hood: dict[int, dict[str, float]] = {1: {}, 2: {}}
-    for hops in (1, 2):
-        for kind in [*kinds, ANY]:
-            pages = neighbourhood_pages(graph, entry, kinds if kind == ANY else [kind], hops)
+    for kind in [*kinds, ANY]:
+        for hops, pages in enumerate(pages_by_hop(graph, entry, kinds if kind == ANY else [kind], 2), start=1):
             reach[hops][kind] = len(missed & pages)
             hood[hops][kind] = len(pages) / n_other
     slots = np.asarray(get("slots"))
     node_page = np.asarray(graph.node_page)
-    state = get("state") if _has(env, "state") else None
+    state = get("state")
     frontier_ranks: list[int] = []
     in_slots = 0
     valid = slots[slots >= 0]
     slot_pages = node_page[valid] if valid.size else np.zeros(0, dtype=np.int64)
-    unvisited = (np.asarray(state.node_state)[valid] == UNVISITED) if state is not None else np.ones(len(valid), bool)
+    unvisited = np.asarray(state.node_state)[valid] == UNVISITED
     frontier_pages = slot_pages[unvisited]
     for p in sorted(missed):
         if (slot_pages == p).any():
@@ -128,14 +136,6 @@ def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequenc
             frontier_ranks.append(int(hits[0]))
     return EpisodeHeadroom(episode_id=episode_id, gold_pages=len(gold), missed=len(missed), recall_at=recall_at,
                            reach=reach, hood=hood, in_slots=in_slots, frontier_ranks=frontier_ranks)
-
-
-def _has(env: Any, name: str) -> bool:
-    try:
-        env.get_wrapper_attr(name)
-        return True
-    except AttributeError:
-        return False
 
 
 def run_oracle(env: Any, episode_id: str, seed: int) -> dict[str, Any]:

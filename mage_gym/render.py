@@ -33,6 +33,7 @@ import numpy as np
 
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.graph.schema import VISUAL_TYPES, Element, Page
+from mage_gym.graph.union import page_label
 from mage_gym.readers.base import RenderedImage, RenderedInput
 
 RENDER_MODES: tuple[str, ...] = ("visual", "text")
@@ -123,7 +124,9 @@ def _fragment_cache(graph: EvidenceGraph) -> dict:
 
 def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
     page = graph.pages[p]
-    frag = [f'<page id="{esc(page.node_id)}" index="{p}" number="{p + 1}">\n']
+    number, doc = page_label(graph, p)  # a union of documents: the page's own number and its document
+    doc_attr = "" if doc is None else f' doc="{esc(doc)}"'
+    frag = [f'<page id="{esc(page.node_id)}" index="{p}" number="{number}"{doc_attr}>\n']
     image, img_tok = None, 0
     if activated:
         frag.append(f"<summary>{esc(_clip(page.summary or page.text, cfg.max_summary_chars))}</summary>\n")

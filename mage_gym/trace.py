@@ -145,6 +145,26 @@ class TraceRecorder:
         })
 
 
+    def _on_turn_end(self, env: Any, data: Mapping[str, Any]) -> None:
+        """A conversation turn ended (the reader answered it); the episode goes on with the next question."""
+        from mage_gym.render import rendered_summary
+
+        out, outcome = data["reader_output"], data["outcome"]
+        self.add({
+            "kind": "turn_end", "episode": env.episode_count, "episode_id": env.episode_id, "turn": data["turn"],
+            "stop_reason": data["reason"], "final_states": final_states(env.state.gi.graph, env.state.node_state),
+            "rendered": rendered_summary(data["rendered"]),
+            "reader_output": {"answer": out.answer, "raw": out.raw, "cached": out.cached, "error": out.error},
+            "reward_components": outcome.components, "metrics": outcome.metrics,
+        })
+
+    def _on_turn_start(self, env: Any, data: Mapping[str, Any]) -> None:
+        ids = self._ids(env)
+        self.add({"kind": "turn_start", "episode": env.episode_count, "episode_id": env.episode_id,
+                  "turn": data["turn"], "question": data["question"],
+                  "working_set": [ids[v] for v in env.state.working]})
+
+
 def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
     with open(path, encoding="utf-8") as f:
         for n, line in enumerate(f, 1):

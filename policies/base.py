@@ -42,6 +42,7 @@ class EnvInfo:
     doc_id: str = ""
     question: str = ""
     seed: int | None = None
+    turn: int = 0  # the question's index in a conversation (0 for single questions)
 
     @property
     def layout(self) -> ActionLayout:
@@ -56,7 +57,15 @@ class EnvInfo:
         K = int(get("K"))
         return cls(K=K, n_actions=ActionLayout(K).n, budget=get("budget"), render_mode=str(get("render_mode")),
                    episode_id=public["episode_id"], doc_id=public["doc_id"], question=public["question"],
-                   seed=seed)
+                   seed=seed, turn=_turn_of(get))
+
+
+def _turn_of(get: Any) -> int:
+    """The env's current turn (0 for envs without conversations, e.g. test doubles)."""
+    try:
+        return int(get("turn"))
+    except AttributeError:
+        return 0
 
 
 @runtime_checkable

@@ -216,6 +216,9 @@ class PPOPolicy(BasePolicy):
                           allow=(*self.allow_mismatch, "node_features", "graph_version"),
                           source=f"checkpoint {self.checkpoint}")
             self._keys_checked = True
+        spaces = self.model.observation_space.spaces
+        if len(obs) != len(spaces):  # keys the model was not trained on (text, a conversation's turn keys)
+            obs = {k: obs[k] for k in spaces if k in obs}
         if self.masked:
             action, _ = self.model.predict(dict(obs), action_masks=mask, deterministic=self.deterministic)
             return int(np.asarray(action).reshape(-1)[0])

@@ -39,7 +39,10 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
     """Reset ``env`` (optionally on ``episode_id``), let ``policy`` act until the episode ends.
 
     ``max_decisions`` guards against a policy that never stops (default: the
-    budget's step cap plus T); when hit, Stop is sent.
+    budget's step cap plus T, per turn); when hit, Stop is sent. In a
+    conversation the policy is reset again with each new question
+    (``info["turn_end"]``), so per-question plans start afresh while the env
+    carries the working subgraph.
     """
     t0 = time.perf_counter()
     get = env.get_wrapper_attr  # reaches the env's methods through any wrappers (the outermost one wins)
@@ -51,18 +54,19 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
     budget = get("budget")
     action_masks, text_view, submit_round = get("action_masks"), get("text_view"), get("submit_round")
     limit = max_decisions if max_decisions is not None else budget.max_steps + budget.T + 2
-    total, decisions, invalid = 0.0, 0, 0
+    total, decisions, invalid, turn_decisions = 0.0, 0, 0, 0
     errors: list[str] = []
     done = False
     while not done:
         mask = action_masks()
         view = text_view() if policy.uses_text_view else None
-        if decisions >= limit:
+        if turn_decisions >= limit:
             action: Any = 0 if policy.level == "step" else RoundDecision(stop=True)
             errors.append(f"policy did not stop within {limit} decisions; sent Stop")
         else:
             action = policy.act(obs, view, mask)
         decisions += 1
+        turn_decisions += 1
         if isinstance(action, (RoundDecision, Mapping)):
             obs, reward, terminated, truncated, info = submit_round(action, raw=getattr(policy, "last_raw", None))
             errs = info.get("errors") or ([info["last_action_error"]] if info.get("last_action_error") else [])
@@ -76,6 +80,9 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
             obs, reward, terminated, truncated, info = env.step(a)
         total += float(reward)
         done = bool(terminated or truncated)
+        if info.get("turn_end") and not done:  # the next question of a conversation
+            policy.reset(EnvInfo.from_env(env, seed=seed))
+            turn_decisions = 0
     out = get("last_reader_output")
     return EpisodeResult(
         episode_id=str(info.get("episode_id", episode_id)), reward=total,

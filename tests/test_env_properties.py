@@ -18,7 +18,22 @@ from mage_gym.env.actions import apply_operation
 from mage_gym.trace import TraceRecorder, replay
 
 QF = hash_query_fn(16)
-EPISODES = toy_episodes(n_pages=6, elements_per_page=4)
+
+
+def _with_conversation(pairs: list) -> list:
+    """The toy episodes plus a three-turn conversation on the same graph (turn ends, carried state, replay)."""
+    from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
+    from mage_gym.env.episodes import EnvEpisode
+
+    g = pairs[0].graph
+    parts = [p.episode for p in pairs if p.episode.answerable]
+    turns = tuple(Turn(p.question, p.answer, p.answer_format, True, (p,)) for p in parts[:3])
+    conv = CompositeEpisode(episode_id="conv", benchmark="mmlongbench", documents=(DocumentRef(g.doc_id, "<toy>"),),
+                            turns=turns, group="toy")
+    return pairs + [EnvEpisode(conv, [g])]
+
+
+EPISODES = _with_conversation(toy_episodes(n_pages=6, elements_per_page=4))
 
 budgets = st.fixed_dictionaries({
     "k": st.integers(0, 3), "m": st.integers(1, 3), "M": st.integers(0, 6),

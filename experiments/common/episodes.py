@@ -15,9 +15,11 @@ from mage_gym.data.episode import Episode
 log = logging.getLogger("experiments.episodes")
 
 
-def episode_of(item: Any) -> Episode:
-    """The Episode of an Episode or of a pre-built (Episode, graph) pair (``EnvEpisode``)."""
-    return item if isinstance(item, Episode) else item.episode
+def episode_of(item: Any) -> Any:
+    """The Episode (or CompositeEpisode) of an episode or of a pre-built pair (``EnvEpisode``)."""
+    from mage_gym.data.composite import CompositeEpisode
+
+    return item if isinstance(item, (Episode, CompositeEpisode)) else item.episode
 
 
 def load_episodes(ds: Mapping[str, Any], split: str | None = None, limit: int | None | str = "cfg",
@@ -40,9 +42,11 @@ def prepare_graphs(episodes: Sequence[Any], parser: str = "layout", workers: int
     """
     from experiments.common.corpus import build_corpus
 
-    if any(not isinstance(e, Episode) for e in episodes):
+    from mage_gym.data.composite import CompositeEpisode, episode_sources
+
+    if any(not isinstance(e, (Episode, CompositeEpisode)) for e in episodes):
         return list(episodes)
-    sources = sorted({e.source for e in episodes})
+    sources = sorted({s for e in episodes for s in episode_sources(e)})
     if not sources:
         return []
     kw = dict(graph_kwargs or {})
@@ -54,4 +58,4 @@ def prepare_graphs(episodes: Sequence[Any], parser: str = "layout", workers: int
         if d.get("error"):
             log.warning("graph of %s failed: %s", d["path"], d["error"])
             failed.add(d["path"])
-    return [e for e in episodes if e.source not in failed]
+    return [e for e in episodes if not failed.intersection(episode_sources(e))]

@@ -33,6 +33,9 @@ EVIDENCE_TYPES: dict[str, str] = {
     "generalized-text (layout)": "layout", "layout": "layout",
 }
 _SCORED_BENCHMARKS = ("mmlongbench", "longdocurl", "financebench", "synth")
+#: Metrics only runs over composite episodes have (results.json ``metrics`` gains them when they apply):
+#: ``per_turn`` (conversations): one entry per turn index; ``per_document_recall`` (several documents).
+COMPOSITE_METRIC_KEYS: tuple[str, ...] = ("per_turn", "per_document_recall")
 
 
 def evidence_types(ep: Episode) -> list[str]:
@@ -62,7 +65,8 @@ def summarise(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode],
         for r in results:
             ep = episodes[r.episode_id]
             bench = ep.benchmark if ep.benchmark in _SCORED_BENCHMARKS else "mmlongbench"
-            recs.append({"pred": r.answer, "gold": ep.answer, "answer_format": ep.answer_format, "benchmark": bench})
+            for pred, gold, fmt_ in _answers(r, ep):  # one per question (a conversation has several)
+                recs.append({"pred": pred, "gold": gold, "answer_format": fmt_, "benchmark": bench})
         rm = run_metrics(recs)
         out["accuracy"], out["f1"] = rm["accuracy"], rm["f1"]
     else:
@@ -72,7 +76,57 @@ def summarise(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode],
                 "reader_calls", "evaluator_calls"):
         out[key] = mean_or_none([x.get(key) for x in m])
     out["wall_s"] = mean_or_none([r.wall_s for r in results])
-    return {k: out.get(k) for k in METRIC_KEYS}
+    summary = {k: out.get(k) for k in METRIC_KEYS}
+    turns = per_turn_summary(results)
+    if turns is not None:
+        summary["per_turn"] = turns
+    docs = per_document_summary(results)
+    if docs is not None:
+        summary["per_document_recall"] = docs
+    return summary
+
+
+def _answers(r: EpisodeResult, ep: Any) -> list[tuple[Any, str, str]]:
+    """(prediction, gold answer, format) per question of an episode; a conversation's come from ``per_turn``."""
+    turns = getattr(ep, "turns", None)
+    if turns is None:
+        return [(r.answer, ep.answer, ep.answer_format)]
+    preds = [t.get("answer") for t in r.metrics.get("per_turn") or []] or [r.answer]
+    return [(p, t.answer, t.answer_format) for p, t in zip(preds, turns)]
+
+
+def per_turn_summary(results: Sequence[EpisodeResult]) -> list[dict[str, Any]] | None:
+    """Per turn index: episodes reaching it, mean reward, page recall and reader tokens (None: no conversations)."""
+    lists = [r.metrics.get("per_turn") for r in results if r.metrics.get("per_turn")]
+    if not lists:
+        return None
+    out = []
+    for i in range(max(len(x) for x in lists)):
+        rows = [x[i] for x in lists if len(x) > i]
+        out.append({"turn": i, "episodes": len(rows),
+                    **{k: mean_or_none([t.get(k) for t in rows])
+                       for k in ("reward", "evidence_page_recall", "tokens_rendered")}})
+    return out
+
+
+def per_document_summary(results: Sequence[EpisodeResult]) -> dict[str, Any] | None:
+    """Page recall of each document's own gold in cross-document episodes (None: no such episodes).
+
+    ``mean``: over (episode, document) pairs with gold; ``min``: mean over
+    episodes of the worst document (did the controller find evidence in every
+    document?); ``by_position``: mean per document position in the episode
+    (does entry retrieval favour one document?); ``pairs`` / ``episodes``: counts.
+    """
+    dicts = [r.metrics.get("per_document_recall") for r in results if r.metrics.get("per_document_recall")]
+    dicts = [{k: v for k, v in d.items() if v is not None} for d in dicts]
+    dicts = [d for d in dicts if d]
+    if not dicts:
+        return None
+    width = max(len(d) for d in dicts)
+    by_pos = [mean_or_none([list(d.values())[j] for d in dicts if len(d) > j]) for j in range(width)]
+    return {"mean": mean_or_none([v for d in dicts for v in d.values()]),
+            "min": mean_or_none([min(d.values()) for d in dicts]), "by_position": by_pos,
+            "pairs": sum(len(d) for d in dicts), "episodes": len(dicts)}
 
 
 def metric_counts(results: Sequence[EpisodeResult], answers: bool) -> dict[str, int]:
@@ -102,6 +156,9 @@ def breakdown(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode])
             groups["unanswerable"].append(r)
             continue
         groups["answerable"].append(r)
+        kind = getattr(ep, "kind", None)
+        if kind is not None:  # a composite episode: cross_document / conversation / both
+            groups[f"kind:{kind}"].append(r)
         for t in evidence_types(ep):
             groups[f"type:{t}"].append(r)
         groups["multi_page" if ep.multi_page else "single_page"].append(r)

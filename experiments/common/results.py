@@ -4,7 +4,11 @@
 
     {"schema_version": 2,
      "runs": [{"policy": str, "budget": {"k","m","M","T","B"}, "dataset": str, "split": str,
-               "metrics": {<METRIC_KEYS>},
+               "metrics": {<METRIC_KEYS>,
+                           "per_turn": [{"turn", "episodes", "reward", "evidence_page_recall",
+                                         "tokens_rendered"}],    # conversations only
+                           "per_document_recall": {"mean", "min", "by_position", "pairs",
+                                                   "episodes"}},  # several documents per episode only
                "n": {<METRIC_KEYS>: int},              # episodes each mean is over (benchmark runs)
                "checkpoint": {"path", "sha256"},      # learned policies only
                "failed": {"episodes": int, "episode_ids": [str]},   # benchmark runs
@@ -46,7 +50,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from experiments.common.config import plain
-from experiments.common.metrics import METRIC_KEYS
+from experiments.common.metrics import COMPOSITE_METRIC_KEYS, METRIC_KEYS
 from mage_gym.jsonio import json_default
 
 RUN_KEYS: tuple[str, ...] = ("policy", "budget", "dataset", "split", "metrics")
@@ -88,6 +92,9 @@ def make_run(policy: str, budget: Any, dataset: str, split: str, metrics: Mappin
     """
     run = {"policy": policy, "budget": budget_dict(budget), "dataset": dataset, "split": split,
            "metrics": {k: metrics.get(k) for k in METRIC_KEYS}}
+    for k in COMPOSITE_METRIC_KEYS:  # runs over conversations / document sets only
+        if metrics.get(k) is not None:
+            run["metrics"][k] = metrics[k]
     if checkpoint:
         run["checkpoint"] = dict(checkpoint)
     if failed is not None:
@@ -114,9 +121,12 @@ def validate_results(obj: Mapping[str, Any]) -> None:
             raise ValueError(f"run keys {sorted(run)} != {sorted(RUN_KEYS)} (+ optional {list(OPTIONAL_RUN_KEYS)})")
         if set(run["budget"]) != set(BUDGET_KEYS):
             raise ValueError(f"budget keys {sorted(run['budget'])} != {sorted(BUDGET_KEYS)}")
-        if set(run["metrics"]) != set(METRIC_KEYS):
+        if not set(METRIC_KEYS) <= set(run["metrics"]) <= set(METRIC_KEYS) | set(COMPOSITE_METRIC_KEYS):
             raise ValueError(f"metric keys differ: {sorted(set(run['metrics']) ^ set(METRIC_KEYS))}")
+        _validate_composite_metrics(run["metrics"])
         for k, v in run["metrics"].items():
+            if k in COMPOSITE_METRIC_KEYS:
+                continue
             if v is not None and not isinstance(v, (int, float)):
                 raise ValueError(f"metric {k} must be a number or null, got {v!r}")
         ck = run.get("checkpoint")
@@ -144,6 +154,19 @@ def validate_results(obj: Mapping[str, Any]) -> None:
         if "evaluator" in run and not (isinstance(ev, Mapping) and set(ev) == set(EVALUATOR_KEYS)
                                        and all(isinstance(v, int) for v in ev.values())):
             raise ValueError(f"evaluator must map {list(EVALUATOR_KEYS)} to integers, got {ev!r}")
+
+
+def _validate_composite_metrics(metrics: Mapping[str, Any]) -> None:
+    turns = metrics.get("per_turn")
+    if "per_turn" in metrics and not (isinstance(turns, list) and all(
+            isinstance(t, Mapping) and set(t) == {"turn", "episodes", "reward", "evidence_page_recall",
+                                                  "tokens_rendered"} for t in turns)):
+        raise ValueError(f"per_turn must list {{turn, episodes, reward, evidence_page_recall, tokens_rendered}}, "
+                         f"got {turns!r}")
+    docs = metrics.get("per_document_recall")
+    if "per_document_recall" in metrics and not (isinstance(docs, Mapping) and set(docs) == {
+            "mean", "min", "by_position", "pairs", "episodes"}):
+        raise ValueError(f"per_document_recall must have mean, min, by_position, pairs, episodes, got {docs!r}")
 
 
 def write_json(path: Path, obj: Any) -> Path:

@@ -268,9 +268,14 @@ def _assemble(items: Iterable[tuple[tuple[int, ...], int, bool]]) -> GoldEvidenc
                         item_is_page=is_page, level="page" if all(is_page) else "element", gold_nodes=union)
 
 
+#: Items ``(nodes, page, is_page)`` -> :class:`GoldEvidence` (deduplicated, ordered by page), public for
+#: callers that build gold from parts: the union graph maps and merges per-document gold with it.
+assemble_gold = _assemble
+
+
 def resolve_gold(episode: "Episode", graph: "EvidenceGraph") -> GoldEvidence:
     """Map an episode's gold (pages, regions, snippets, node ids) onto ``graph``'s nodes."""
     return resolve_gold_detailed(episode, graph)[0]
 
 
-__all__ = ["GoldEvidence", "GoldStats", "resolve_gold", "resolve_gold_detailed"]
+__all__ = ["GoldEvidence", "GoldStats", "assemble_gold", "resolve_gold", "resolve_gold_detailed"]

@@ -183,28 +183,46 @@ def episode_from_dict(d: dict[str, Any]) -> Episode:
     return Episode(**kw)
 
 
-def save_episodes(path: str | os.PathLike[str], episodes: list[Episode]) -> None:
-    """Write episodes as JSONL (atomic: a temp file then rename)."""
+def any_episode_to_dict(ep: Any) -> dict[str, Any]:
+    """An Episode or a :class:`~mage_gym.data.composite.CompositeEpisode` as a JSON object."""
+    from mage_gym.data.composite import CompositeEpisode, composite_to_dict
+
+    return composite_to_dict(ep) if isinstance(ep, CompositeEpisode) else episode_to_dict(ep)
+
+
+def any_episode_from_dict(d: dict[str, Any]) -> Any:
+    """The inverse of :func:`any_episode_to_dict` (composite records are the ones with ``turns``)."""
+    if "turns" in d:
+        from mage_gym.data.composite import composite_from_dict
+
+        return composite_from_dict(d)
+    return episode_from_dict(d)
+
+
+def save_episodes(path: str | os.PathLike[str], episodes: list[Any]) -> None:
+    """Write episodes (single or composite) as JSONL (atomic: a temp file then rename)."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp = p.with_suffix(p.suffix + ".tmp")
     with open(tmp, "w", encoding="utf-8") as fh:
         for ep in episodes:
-            fh.write(json.dumps(episode_to_dict(ep), ensure_ascii=False) + "\n")
+            fh.write(json.dumps(any_episode_to_dict(ep), ensure_ascii=False) + "\n")
     os.replace(tmp, p)
 
 
-def load_episodes(path: str | os.PathLike[str]) -> list[Episode]:
-    out: list[Episode] = []
+def load_episodes(path: str | os.PathLike[str]) -> list[Any]:
+    """Episodes (and composite episodes) from a JSONL file written by :func:`save_episodes`."""
+    out: list[Any] = []
     for n, rec, err in iter_jsonl(Path(path), "episode file"):
         if err:
             raise DatasetError(err)
-        out.append(episode_from_dict(rec))  # type: ignore[arg-type]
+        out.append(any_episode_from_dict(rec))  # type: ignore[arg-type]
     return out
 
 
 __all__ = [
     "DatasetError", "DatasetNotFoundError", "read_json", "iter_jsonl", "parse_literal_list", "parse_int_list",
-    "answer_text", "pdf_page_count", "data_root", "episode_to_dict", "episode_from_dict", "save_episodes",
+    "answer_text", "pdf_page_count", "data_root", "episode_to_dict", "episode_from_dict", "any_episode_to_dict",
+    "any_episode_from_dict", "save_episodes",
     "load_episodes",
 ]

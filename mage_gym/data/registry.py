@@ -11,6 +11,14 @@ Default roots live under ``$MAGE_GYM_DATA`` (default ``<repo>/../shared/data``):
 synthetic corpus is produced by :mod:`mage_gym.data.synth` (imported lazily);
 its default root is ``$MAGE_GYM_SYNTH`` if set, else whatever default
 ``load_synth`` itself declares, else ``<repo>/data/synth``.
+
+Composite datasets (:class:`~mage_gym.data.composite.CompositeEpisode`
+records; splits by group, so a group's documents stay together):
+``synth_multidoc`` (cross-document questions) and ``synth_conversation``
+(conversations) read ``root``, or with no root generate (once, then reuse) a
+small default corpus under ``$MAGE_GYM_CACHE/synth``;
+``financebench_conversation`` regroups FinanceBench by company (a format
+check, not real follow-ups; its report lists the groups it formed).
 """
 from __future__ import annotations
 
@@ -29,7 +37,9 @@ REAL_DATASETS: dict[str, str] = {
     "longdocurl": "longdocurl-sample",
     "financebench": "financebench-dev",
 }
-DATASETS: tuple[str, ...] = tuple(REAL_DATASETS) + ("synth",)
+#: Datasets of composite episodes (several documents and/or several turns).
+COMPOSITE_DATASETS: tuple[str, ...] = ("synth_multidoc", "synth_conversation", "financebench_conversation")
+DATASETS: tuple[str, ...] = tuple(REAL_DATASETS) + ("synth",) + COMPOSITE_DATASETS
 _ALIASES = {"mmlongbench-doc": "mmlongbench", "mmlb": "mmlongbench", "ldu": "longdocurl", "fb": "financebench"}
 
 
@@ -46,6 +56,10 @@ def default_root(name: str) -> Path | None:
     key = canonical_name(name)
     if key in REAL_DATASETS:
         return data_root(REAL_DATASETS[key])
+    if key == "financebench_conversation":
+        return data_root(REAL_DATASETS["financebench"])
+    if key in COMPOSITE_DATASETS:
+        return None  # generated (or reused) under $MAGE_GYM_CACHE/synth by the loader
     env = os.environ.get("MAGE_GYM_SYNTH")
     if env:
         return Path(env)
@@ -61,6 +75,17 @@ def _real_loader(key: str) -> Callable[..., DatasetLoad]:
         return load_longdocurl
     from mage_gym.data.financebench import load_financebench
     return load_financebench
+
+
+def _composite_loader(key: str) -> Callable[..., DatasetLoad]:
+    if key == "synth_multidoc":
+        from mage_gym.data.synth.multidoc import load_synth_multidoc
+        return load_synth_multidoc
+    if key == "synth_conversation":
+        from mage_gym.data.synth.conversation import load_synth_conversation
+        return load_synth_conversation
+    from mage_gym.data.financebench_conversation import load_financebench_conversation
+    return load_financebench_conversation
 
 
 def _load_synth(root: Path | None, **kw: Any) -> DatasetLoad:
@@ -87,7 +112,12 @@ def load_dataset_with_report(name: str, root: str | os.PathLike[str] | None = No
     """Like :func:`load_dataset` but also returns the loader's report (of the whole file)."""
     key = canonical_name(name)
     path = Path(root) if root is not None else default_root(key)
-    load = _load_synth(path, **kw) if key == "synth" else _real_loader(key)(path, **kw)
+    if key == "synth":
+        load = _load_synth(path, **kw)
+    elif key in COMPOSITE_DATASETS:
+        load = _composite_loader(key)(path, **kw)
+    else:
+        load = _real_loader(key)(path, **kw)
     episodes = select_split(load.episodes, split, seed, ratios)
     episodes = limit_episodes(episodes, limit, seed)
     return DatasetLoad(episodes, load.report)
@@ -95,7 +125,7 @@ def load_dataset_with_report(name: str, root: str | os.PathLike[str] | None = No
 
 def load_dataset(name: str, root: str | os.PathLike[str] | None = None, split: str = ALL,
                  limit: int | None = None, seed: int = 0, **kw: Any) -> list[Episode]:
-    """Episodes of ``name`` (mmlongbench, longdocurl, financebench, synth).
+    """Episodes of ``name`` (mmlongbench, longdocurl, financebench, synth, or a composite dataset).
 
     ``split`` is ``all`` or ``train``/``val``/``test`` (by document hash with
     ``seed``; every episode carries its split label); ``limit`` keeps a
@@ -105,5 +135,5 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, split: s
     return load_dataset_with_report(name, root, split, limit, seed, **kw).episodes
 
 
-__all__ = ["DATASETS", "REAL_DATASETS", "canonical_name", "default_root", "load_dataset",
+__all__ = ["DATASETS", "REAL_DATASETS", "COMPOSITE_DATASETS", "canonical_name", "default_root", "load_dataset",
            "load_dataset_with_report"]

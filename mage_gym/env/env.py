@@ -32,11 +32,11 @@ from mage_gym import reward as R
 from mage_gym.env.actions import OP_BY_NAME, OP_NAMES, ActionLayout, Op, OpResult, action_mask, apply_operation
 from mage_gym.env.budget import Budget
 from mage_gym.env.candidates import fill_slots
-from mage_gym.env.episodes import LoadedEpisode, SealedEpisodes, as_provider, choose_episode_id
+from mage_gym.env.episodes import LoadedEpisode, SealedEpisodes, as_provider, choose_episode_id, provider_max_turns
 from mage_gym.env.graph_index import GraphIndex, graph_index
 from mage_gym.env.observation import (
-    TEXT_KEY, build_observation, check_observation_keys, node_table, observation_space, question_features,
-    text_observation,
+    CONVERSATION_KEYS, NUMERIC_KEYS, PREV_QUESTION_KEY, QUESTION_DIM, TEXT_KEY, TURN_KEY, build_observation,
+    check_observation_keys, node_table, observation_space, question_features, text_observation, turn_features,
 )
 from mage_gym.env.outcome import Outcome, score_episode
 from mage_gym.env.privileged import PrivilegedAccessError, PrivilegedView
@@ -44,6 +44,7 @@ from mage_gym.env.relevance import EpisodeRelevance, QueryFn
 from mage_gym.env.search import EnvRetrieval
 from mage_gym.env.state import ACTIVATED, EvidenceState
 from mage_gym.env.text_view import build_text_view, frontier_candidates, recent_buffer
+from mage_gym.env.turns import Conversation, TurnRecord, aggregate_outcomes, carry_state, history_xml
 from mage_gym.readers.base import Reader, ReaderOutput, RenderedInput
 from mage_gym.render import RENDER_MODES, RenderConfig, render
 from mage_gym.retrieval.base import Retriever
@@ -165,6 +166,20 @@ class MageRAGEnv(gym.Env):
     ``max_episode_steps``). Either way the working subgraph is rendered, the
     reader reads it and the terminal reward is paid in that last step.
 
+    ## Conversations and document sets
+
+    Episodes may be :class:`~mage_gym.data.composite.CompositeEpisode`
+    records: several documents (the graph is the union of their graphs, node
+    ids keep each document's prefix, entry retrieval ranks pages across them)
+    and/or several questions. In a conversation each Stop ends a *turn*: the
+    reader answers, the turn's reward is paid, and the next question starts
+    on the working subgraph carried over (:mod:`mage_gym.env.turns`); the
+    episode terminates after the last turn. Such envs also observe ``turn``
+    and ``prev_question``; ``info["turn"]`` (the current question), ``info["turn_end"]`` / ``info["ended_turn"]`` /
+    ``info["answer"]`` mark turn ends, and the final ``info["metrics"]``
+    aggregates the turns (``per_turn``). Single questions on one document
+    keep exactly the spaces and info described above.
+
     ## Arguments
 
     - ``episodes``: pairs ``(Episode, EvidenceGraph)`` / :class:`EnvEpisode`,
@@ -181,7 +196,12 @@ class MageRAGEnv(gym.Env):
       activated elements by relevance (the reference's behaviour);
     - ``render_config``: :class:`~mage_gym.render.RenderConfig` or mapping;
     - ``observation_keys``: the observation's keys (default the numeric ones);
-    - ``privileged``: allow :meth:`privileged_view` (oracle policies, shaping).
+    - ``privileged``: allow :meth:`privileged_view` (oracle policies, shaping);
+    - ``conversation_cap``: paid activations allowed over a whole conversation
+      (default ``2 * M``; per-turn budgets apply as well);
+    - ``carry_over``: a conversation's next question starts on the working
+      subgraph of the previous one (default); ``False`` starts each question
+      afresh from its entry pages (the baseline carrying over is compared with).
 
     Traces, the text view in ``info`` and shaping are wrappers
     (:mod:`mage_gym.wrappers`); ``gym.make("MageRAG-v0", ...)`` applies them
@@ -197,7 +217,7 @@ class MageRAGEnv(gym.Env):
                  query_fn: QueryFn | None = None, final_open_pass: bool = False,
                  render_config: RenderConfig | Mapping[str, Any] | None = None,
                  observation_keys: Sequence[str] | None = None, privileged: bool = False,
-                 **shortcuts: Any) -> None:
+                 conversation_cap: int | None = None, carry_over: bool = True, **shortcuts: Any) -> None:
         super().__init__()
         for key in shortcuts:
             if key in _MOVED_TO_WRAPPERS:
@@ -221,6 +241,11 @@ class MageRAGEnv(gym.Env):
         self.retrieval = EnvRetrieval(retriever, shortcuts.get("retriever_cfg"), query_fn)
         self.final_open_pass = bool(final_open_pass)
         self.privileged = bool(privileged)
+        self.max_turns = provider_max_turns(self._provider)
+        self.conversation_cap = None if conversation_cap is None else int(conversation_cap)
+        self.carry_over = bool(carry_over)
+        if observation_keys is None and self.max_turns > 1:
+            observation_keys = NUMERIC_KEYS + CONVERSATION_KEYS
         self.observation_keys = check_observation_keys(observation_keys)
         self.observation_space = observation_space(self.K, self.observation_keys)
         self.action_space = spaces.Discrete(self.layout.n)
@@ -239,6 +264,10 @@ class MageRAGEnv(gym.Env):
         self._terminal: dict[str, Any] | None = None
         self._table: np.ndarray | None = None
         self._n_slots = 0
+        self._conv: Conversation | None = None
+        self._turn_info: dict[str, Any] = {}  # set when a turn ended in the current step, read by _result
+        self._question = ""
+        self._prev_question_vec = np.zeros(QUESTION_DIM, dtype=np.float32)
 
     # --- construction helpers ------------------------------------------------------
 
@@ -287,12 +316,30 @@ class MageRAGEnv(gym.Env):
 
     @property
     def question(self) -> str:
-        return self._require_loaded().public.question
+        """The current question (in a conversation, the current turn's)."""
+        self._require_loaded()
+        return self._question
 
     @property
     def public_episode(self) -> dict[str, str]:
-        """What a policy may know about the episode (id, document, question)."""
-        return self._require_loaded().public.as_dict()
+        """What a policy may know about the episode (id, document, current question)."""
+        out = self._require_loaded().public.as_dict()
+        out["question"] = self._question
+        return out
+
+    @property
+    def turn(self) -> int:
+        """0-based index of the current question (0 unless the episode is a conversation)."""
+        return 0 if self._conv is None else self._conv.turn
+
+    @property
+    def n_turns(self) -> int:
+        return self._require_loaded().n_turns
+
+    @property
+    def conversation_history(self) -> list[tuple[str, str | None]]:
+        """Earlier questions of the conversation and the reader's answers to them (no gold)."""
+        return [] if self._conv is None else self._conv.history()
 
     @property
     def episode_ids(self) -> list[str]:
@@ -319,7 +366,7 @@ class MageRAGEnv(gym.Env):
                 "gold is sealed: build the env with privileged=True to read it (privileged policies and "
                 "reward shaping only; their results must be marked privileged)")
         loaded = self._require_loaded()
-        return PrivilegedView.of(loaded.gold._open(), loaded.graph)
+        return PrivilegedView.of(loaded.turn(self.turn)[1]._open(), loaded.graph)
 
     def _require(self) -> EvidenceState:
         if self.state is None:
@@ -339,8 +386,11 @@ class MageRAGEnv(gym.Env):
         Events: ``reset`` (episode, seed), ``operation`` (op, node, slot, query,
         free_text, reason, result, auto_close, phase), ``operation_done``,
         ``round`` (decision, raw, candidates), ``round_end`` (round, reason),
-        ``end`` (reason, outcome, rendered, reader_output). Observers read the
-        env's public state; nothing in the events is gold before ``end``.
+        ``end`` (reason, outcome, rendered, reader_output); in conversations also
+        ``turn_end`` (turn, reason, outcome, rendered, reader_output) before each
+        later question and ``turn_start`` (turn, question). Observers read the
+        env's public state; nothing in the events is gold before ``end`` /
+        ``turn_end``.
         """
         if observer not in self._observers:
             self._observers.append(observer)
@@ -361,7 +411,9 @@ class MageRAGEnv(gym.Env):
         public = loaded.public
         gi = graph_index(loaded.graph)
         rel = self.retrieval.relevance(loaded.graph, public.question)
-        state = EvidenceState.new(gi, self.budget, rel.rank_of)
+        self._conv = Conversation.start(loaded.n_turns, self.budget, self.conversation_cap)
+        budget = self._conv.turn_budget(self.budget) if self._conv.is_conversation else self.budget
+        state = EvidenceState.new(gi, budget, rel.rank_of)
         entry = rel.page_order
         window = public.page_window
         if window is not None:  # pages outside the episode's window are out of play from the start
@@ -375,16 +427,21 @@ class MageRAGEnv(gym.Env):
             state.activate(p)
             state.counters.free_acts += 1
         self._loaded, self.gi, self.rel, self.state = loaded, gi, rel, state
+        self._question = public.question
         self._question_vec = question_features(rel)
+        self._prev_question_vec = np.zeros_like(self._question_vec)
         self._table = node_table(state, rel)  # shared per (graph, question) in the process
         self._invalidate()
         self._recent.clear()
         self._pending_reward = 0.0
         self._terminal = None
+        self._turn_info = {}
         self._episode_counter += 1
         if self._observers:
             self._notify("reset", episode=self._episode_counter, seed=seed)
         info: dict[str, Any] = {"episode_id": public.episode_id, "doc_id": public.doc_id, "last_action_error": ""}
+        if self._conv.is_conversation:
+            info.update(turn=0, n_turns=loaded.n_turns)
         return self._observation(), info
 
     def step(self, action: int):
@@ -416,7 +473,12 @@ class MageRAGEnv(gym.Env):
     def text_view(self) -> str:
         """The state as escaped XML text for LLM policies (no gold in it)."""
         state = self._require()
-        return build_text_view(state, self.question, self._current_slots(), list(self._recent))
+        view = build_text_view(state, self.question, self._current_slots(), list(self._recent))
+        history = self.conversation_history
+        if history:  # earlier questions and the reader's answers, right after the question
+            head, sep, rest = view.partition("</question>\n")
+            view = head + sep + history_xml(history) + "\n" + rest
+        return view
 
     def candidates(self) -> list[str]:
         """Node ids of the text view's numbered candidates (candidate ``n`` is item ``n - 1``)."""
@@ -585,12 +647,49 @@ class MageRAGEnv(gym.Env):
         rendered = render(graph, state, self.render_mode, loaded.public.question, self.render_config)
         out: ReaderOutput = self.reader.read(rendered)
         state.counters.reader_calls += 1
-        outcome = score_episode(graph, loaded.gold, rendered, out, bool(self.reader.answers), state.counters,
+        conv = self._conv
+        assert conv is not None
+        question, gold = loaded.turn(conv.turn)
+        outcome = score_episode(graph, gold, rendered, out, bool(self.reader.answers), state.counters,
                                 self.reward_config, self._op_cap, self._call_cap, reason)
         self._pending_reward += outcome.reward
+        if conv.is_conversation:
+            conv.finished.append(TurnRecord(question, out.answer, outcome, reason))
+            conv.acts_used += state.counters.acts_used
+            if not conv.last_turn:
+                self._turn_info = {"turn_end": True, "ended_turn": conv.turn, "answer": out.answer}
+                if self._observers:
+                    self._notify("turn_end", turn=conv.turn, reason=reason, outcome=outcome, rendered=rendered,
+                                 reader_output=out)
+                self._start_turn(conv.turn + 1)
+                return
+            outcome = aggregate_outcomes(conv.finished)
         self._terminal = {"outcome": outcome, "rendered": rendered, "reader_output": out}
         if self._observers:
             self._notify("end", reason=reason, outcome=outcome, rendered=rendered, reader_output=out)
+
+    def _start_turn(self, turn: int) -> None:
+        """The next question of a conversation: its relevance, the carried working subgraph, its free entry pages."""
+        conv, loaded, old = self._conv, self._loaded, self.state
+        assert conv is not None and loaded is not None and old is not None
+        conv.turn = turn
+        question, _ = loaded.turn(turn)
+        rel = self.retrieval.relevance(loaded.graph, question)
+        budget = conv.turn_budget(self.budget)
+        state = carry_state(old, budget, rel.rank_of) if self.carry_over else EvidenceState.new(
+            old.gi, budget, rel.rank_of)
+        entry = [p for p in rel.page_order[: self.budget.k].tolist() if state.node_state[p] == 0]
+        for p in entry:  # the new question's entry pages are free; pages already held cost nothing
+            state.activate(p)
+            state.counters.free_acts += 1
+        self._prev_question_vec = self._question_vec
+        self.rel, self.state, self._question = rel, state, question
+        self._question_vec = question_features(rel)
+        self._table = node_table(state, rel)
+        self._invalidate()
+        self._recent.clear()
+        if self._observers:
+            self._notify("turn_start", turn=turn, question=question)
 
     # --- replay hooks (mage_gym.trace.replay) ----------------------------------------------
 
@@ -633,6 +732,10 @@ class MageRAGEnv(gym.Env):
         slots = self._current_slots()
         obs: dict[str, Any] = build_observation(self._require(), self._table, slots, self._n_slots,
                                                 self._question_vec)
+        if TURN_KEY in self.observation_keys:
+            obs[TURN_KEY] = turn_features(self.turn, self._require_loaded().n_turns)
+        if PREV_QUESTION_KEY in self.observation_keys:
+            obs[PREV_QUESTION_KEY] = self._prev_question_vec.copy()
         if TEXT_KEY in self.observation_keys:
             obs[TEXT_KEY] = text_observation(self.text_view())
         if len(obs) != len(self.observation_keys):
@@ -656,6 +759,11 @@ class MageRAGEnv(gym.Env):
         }
         if len(errors) > 1 or (errors and res.error is None):
             info["errors"] = list(errors)
+        if self._conv is not None and self._conv.is_conversation:
+            info["turn"] = self._conv.turn
+            if self._turn_info:
+                info.update(self._turn_info)
+                self._turn_info = {}
         truncated = state.stopped and state.stop_reason in TRUNCATING_STOP_REASONS
         if state.stopped and self._terminal is not None:
             outcome: Outcome = self._terminal["outcome"]

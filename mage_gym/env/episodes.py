@@ -22,10 +22,11 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping, Protocol, Sequence, runtime_checkable
+from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from mage_gym.data.composite import CompositeEpisode
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.graph.graph import EvidenceGraph
@@ -33,11 +34,26 @@ from mage_gym.graph.graph import EvidenceGraph
 
 @dataclass(frozen=True, eq=False)
 class EnvEpisode:
-    """A pre-built pair; ``gold`` is resolved with ``resolve_gold`` when None."""
+    """A pre-built pair; ``gold`` is resolved with ``resolve_gold`` when None.
 
-    episode: Episode
-    graph: EvidenceGraph
+    A :class:`~mage_gym.data.composite.CompositeEpisode` pairs with one graph
+    per document (a sequence, in ``documents`` order; one graph for one document).
+    """
+
+    episode: Episode | CompositeEpisode
+    graph: EvidenceGraph | Sequence[EvidenceGraph]
     gold: GoldEvidence | None = None
+
+    def load(self, cache: dict[str, Gold] | None = None) -> "LoadedEpisode":
+        if isinstance(self.episode, CompositeEpisode):
+            graphs = [self.graph] if isinstance(self.graph, EvidenceGraph) else list(self.graph)
+            if self.gold is not None:
+                raise ValueError("a composite episode's gold is given per turn and document, not as gold=")
+            return LoadedEpisode.of_composite(self.episode, graphs, cache)
+        if not isinstance(self.episode, Episode) or not isinstance(self.graph, EvidenceGraph):
+            raise TypeError("pairs must be (Episode, EvidenceGraph[, GoldEvidence]) or "
+                            "(CompositeEpisode, [EvidenceGraph, ...])")
+        return LoadedEpisode.of(self.episode, self.graph, self.gold, cache)
 
 
 @dataclass(frozen=True)
@@ -89,15 +105,17 @@ class SealedGold:
     ``_open()`` is for the env's reward/metrics code and its privileged view only.
     """
 
-    __slots__ = ("__episode", "__graph", "__evidence", "__cache", "__gold")
+    __slots__ = ("__episode", "__graph", "__evidence", "__cache", "__gold", "__resolver")
 
     def __init__(self, episode: Episode, graph: EvidenceGraph, evidence: GoldEvidence | None = None,
-                 cache: dict[str, Gold] | None = None) -> None:
+                 cache: dict[str, Gold] | None = None,
+                 resolver: Callable[[], GoldEvidence] | None = None) -> None:
         self.__episode = episode
         self.__graph = graph
         self.__evidence = evidence
         self.__cache = cache  # provider-level, by episode_id (gold depends on content only)
         self.__gold: Gold | None = None
+        self.__resolver = resolver  # composite turns: gold resolved per document, then mapped onto the union
 
     def __repr__(self) -> str:
         return "SealedGold(<sealed>)"
@@ -108,6 +126,8 @@ class SealedGold:
             cached = self.__cache.get(episode.episode_id) if self.__cache is not None else None
             if cached is None:
                 evidence = self.__evidence
+                if evidence is None and self.__resolver is not None:
+                    evidence = self.__resolver()
                 if evidence is None:
                     from mage_gym.data.gold import resolve_gold
 
@@ -119,18 +139,85 @@ class SealedGold:
         return self.__gold
 
 
+@dataclass(frozen=True)
+class FollowUp:
+    """A later question of a conversation: public text, sealed gold."""
+
+    question: str
+    gold: SealedGold
+
+
 @dataclass(frozen=True, eq=False)
 class LoadedEpisode:
-    """One playable episode: its public part, its graph, and its sealed gold."""
+    """One playable episode: its public part, its graph, and its sealed gold.
+
+    A conversation adds ``followups`` (turns 1..n-1; turn 0 is ``public`` and
+    ``gold``); a cross-document episode's ``graph`` is the union of its
+    documents' graphs (:mod:`mage_gym.graph.union`) and ``documents`` names them.
+    """
 
     public: PublicEpisode
     graph: EvidenceGraph
     gold: SealedGold
+    followups: tuple[FollowUp, ...] = ()
+    documents: tuple[str, ...] = ()
+
+    @property
+    def n_turns(self) -> int:
+        return 1 + len(self.followups)
+
+    def turn(self, i: int) -> tuple[str, SealedGold]:
+        """Question and sealed gold of turn ``i``."""
+        if i == 0:
+            return self.public.question, self.gold
+        f = self.followups[i - 1]
+        return f.question, f.gold
 
     @classmethod
     def of(cls, episode: Episode, graph: EvidenceGraph, evidence: GoldEvidence | None = None,
            cache: dict[str, Gold] | None = None) -> "LoadedEpisode":
         return cls(PublicEpisode.of(episode), graph, SealedGold(episode, graph, evidence, cache))
+
+    @classmethod
+    def of_composite(cls, episode: CompositeEpisode, graphs: Sequence[EvidenceGraph],
+                     cache: dict[str, Gold] | None = None) -> "LoadedEpisode":
+        """A composite episode on its documents' graphs (in ``episode.documents`` order)."""
+        graphs = list(graphs)
+        if len(graphs) != len(episode.documents):
+            raise ValueError(f"{episode.episode_id}: {len(graphs)} graphs for {len(episode.documents)} documents")
+        if len(graphs) == 1:
+            graph = graphs[0]
+        else:
+            from mage_gym.graph.union import union_graph
+
+            graph = union_graph(graphs)
+        doc_index = {d.doc_id: j for j, d in enumerate(episode.documents)}
+        sealed = []
+        for i, turn in enumerate(episode.turns):
+            resolver = _turn_resolver(turn.evidence, graphs, graph, doc_index)
+            sealed.append(SealedGold(episode.turn_episode(i), graph, cache=cache, resolver=resolver))
+        public = PublicEpisode(episode_id=episode.episode_id, doc_id="+".join(episode.doc_ids),
+                               question=episode.turns[0].question, source=episode.source)
+        followups = tuple(FollowUp(t.question, g) for t, g in zip(episode.turns[1:], sealed[1:]))
+        return cls(public, graph, sealed[0], followups, episode.doc_ids)
+
+
+def _turn_resolver(parts: Sequence[Episode], graphs: Sequence[EvidenceGraph], graph: EvidenceGraph,
+                   doc_index: Mapping[str, int]) -> Callable[[], GoldEvidence]:
+    """Gold of one turn: each document's part resolved on that document's graph, mapped onto ``graph``."""
+
+    def resolve() -> GoldEvidence:
+        from mage_gym.data.gold import assemble_gold, resolve_gold
+
+        pieces = []
+        for part in parts:
+            j = doc_index[part.doc_id]
+            ev = resolve_gold(part, graphs[j])
+            pieces.append(graph.remap_gold(j, ev) if graph is not graphs[j] else ev)  # type: ignore[attr-defined]
+        return assemble_gold((nodes, page, is_page) for ev in pieces
+                             for nodes, page, is_page in zip(ev.items, ev.item_pages, ev.item_is_page))
+
+    return resolve
 
 
 @runtime_checkable
@@ -141,7 +228,17 @@ class EpisodeProvider(Protocol):
     def get(self, episode_id: str) -> LoadedEpisode: ...
 
 
-def _check_unique(episodes: Sequence[Episode]) -> None:
+def max_turns(episodes: Iterable[Episode | CompositeEpisode]) -> int:
+    """The most questions any of ``episodes`` asks (1 unless some are conversations)."""
+    return max((e.n_turns if isinstance(e, CompositeEpisode) else 1 for e in episodes), default=1)
+
+
+def provider_max_turns(provider: Any) -> int:
+    """``provider.max_turns`` when it says, else 1 (a custom provider of single-question episodes)."""
+    return int(getattr(provider, "max_turns", 1) or 1)
+
+
+def _check_unique(episodes: Sequence[Episode | CompositeEpisode]) -> None:
     seen: set[str] = set()
     for ep in episodes:
         if ep.episode_id in seen:
@@ -157,11 +254,10 @@ class PairProvider:
         items = [p if isinstance(p, EnvEpisode) else EnvEpisode(*p) for p in pairs]
         _check_unique([p.episode for p in items])
         for p in items:
-            if not isinstance(p.episode, Episode) or not isinstance(p.graph, EvidenceGraph):
-                raise TypeError("pairs must be (Episode, EvidenceGraph[, GoldEvidence])")
-            self._items[p.episode.episode_id] = LoadedEpisode.of(p.episode, p.graph, p.gold)
+            self._items[p.episode.episode_id] = p.load()
         if not self._items:
             raise ValueError("no episodes given")
+        self.max_turns = max((x.n_turns for x in self._items.values()), default=1)
 
     @property
     def ids(self) -> list[str]:
@@ -181,15 +277,18 @@ class LazyGraphProvider:
     ``max_graphs`` bounds the in-memory LRU of graphs.
     """
 
-    def __init__(self, episodes: Sequence[Episode], parser: str = "layout", max_graphs: int = 4,
+    def __init__(self, episodes: Sequence[Episode | CompositeEpisode], parser: str = "layout", max_graphs: int = 4,
                  graph_kwargs: Mapping[str, Any] | None = None) -> None:
         episodes = list(episodes)
         if not episodes:
             raise ValueError("no episodes given")
         _check_unique(episodes)
         self._episodes = {ep.episode_id: ep for ep in episodes}
+        self.max_turns = max_turns(episodes)
         self.parser = parser
-        self.max_graphs = max(1, int(max_graphs))
+        # at least one graph, and every document of a cross-document episode at once
+        self.max_graphs = max(1, int(max_graphs), max((len(e.documents) for e in episodes
+                                                       if isinstance(e, CompositeEpisode)), default=1))
         self.graph_kwargs = dict(graph_kwargs or {})
         self._graphs: OrderedDict[str, EvidenceGraph] = OrderedDict()
         self._gold: dict[str, Gold] = {}
@@ -223,6 +322,8 @@ class LazyGraphProvider:
             ep = self._episodes[episode_id]
         except KeyError:
             raise KeyError(f"unknown episode_id {episode_id!r}") from None
+        if isinstance(ep, CompositeEpisode):
+            return LoadedEpisode.of_composite(ep, [self._graph_for(s) for s in ep.sources], cache=self._gold)
         return LoadedEpisode.of(ep, self._graph_for(ep.source), cache=self._gold)
 
 
@@ -276,7 +377,7 @@ def as_provider(episodes: Any, parser: str = "layout", max_graphs: int = 4,
     items = list(episodes)
     if not items:
         raise ValueError("no episodes given")
-    if all(isinstance(x, Episode) for x in items):
+    if all(isinstance(x, (Episode, CompositeEpisode)) for x in items):
         return LazyGraphProvider(items, parser=parser, max_graphs=max_graphs, graph_kwargs=graph_kwargs)
     return PairProvider(items)
 

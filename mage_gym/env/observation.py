@@ -74,7 +74,12 @@ assert _LINKER - (_STATE0 + 1) == DYN_LINKER and N_FEATURES == _PAGEDIST + 1
 
 NUMERIC_KEYS: tuple[str, ...] = ("nodes", "slot_mask", "budget", "progress", "question")
 TEXT_KEY = "text"
-OBSERVATION_KEYS: tuple[str, ...] = NUMERIC_KEYS + (TEXT_KEY,)
+#: Conversations add these (an env whose episodes include conversations observes them by default):
+#: ``turn`` float32 [2] (turn index / (turns - 1), 1 on a follow-up question) and ``prev_question``
+#: float32 [384] (the previous question's embedding; zeros on the first turn).
+TURN_KEY, PREV_QUESTION_KEY = "turn", "prev_question"
+CONVERSATION_KEYS: tuple[str, ...] = (TURN_KEY, PREV_QUESTION_KEY)
+OBSERVATION_KEYS: tuple[str, ...] = NUMERIC_KEYS + CONVERSATION_KEYS + (TEXT_KEY,)
 #: Upper bound of the ``text`` key (a text view is a few to a few tens of thousands of characters).
 TEXT_MAX_CHARS = 1_000_000
 _SAMPLE_CHARS = string.ascii_letters + string.digits + string.punctuation + " \n" + "éßøπ–—…€中文"
@@ -133,6 +138,8 @@ def observation_space(K: int, keys: Sequence[str] = NUMERIC_KEYS) -> spaces.Dict
         "budget": spaces.Box(0.0, 1.0, shape=(4,), dtype=np.float32),
         "progress": spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
         "question": spaces.Box(-1.0, 1.0, shape=(QUESTION_DIM,), dtype=np.float32),
+        TURN_KEY: spaces.Box(0.0, 1.0, shape=(2,), dtype=np.float32),
+        PREV_QUESTION_KEY: spaces.Box(-1.0, 1.0, shape=(QUESTION_DIM,), dtype=np.float32),
     }
     if TEXT_KEY in keys:
         all_spaces[TEXT_KEY] = UnicodeText(TEXT_MAX_CHARS)
@@ -145,6 +152,11 @@ def text_observation(view: str) -> str:
         return view
     marker = "\n<!-- cut at TEXT_MAX_CHARS -->"
     return view[: TEXT_MAX_CHARS - len(marker)] + marker
+
+
+def turn_features(turn: int, n_turns: int) -> np.ndarray:
+    """float32 [2]: position in the conversation, and whether this is a follow-up question."""
+    return np.array([turn / max(1, n_turns - 1), float(turn > 0)], dtype=np.float32)
 
 
 def question_features(rel: EpisodeRelevance) -> np.ndarray:

@@ -12,7 +12,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from mage_gym import reward as R
-from mage_gym.coverage import cover
+import numpy as np
+
+from mage_gym.coverage import Coverage, cover
 from mage_gym.env.episodes import SealedGold
 from mage_gym.env.state import Counters
 from mage_gym.graph.graph import EvidenceGraph
@@ -53,9 +55,25 @@ def score_episode(graph: EvidenceGraph, gold: SealedGold, rendered: RenderedInpu
         "gold_coverage": covered.support,
     }
     metrics = R.episode_metrics(graph, evidence, rendered, covered, opened, is_gold)
+    if getattr(graph, "documents", None) and evidence.level != "none":  # a union of several documents
+        metrics["per_document_recall"] = per_document_recall(graph, covered)
     metrics.update({
         "operations": c.operations, "reader_calls": c.reader_calls, "evaluator_calls": c.evaluator_calls,
         "stop_reason": stop_reason, "steps": c.steps, "rounds": c.round, "activations": c.acts_used,
         "opens": c.opens_used, "searches": c.searches, "invalid_actions": c.invalid,
     })
     return Outcome(total, components, metrics)
+
+
+def per_document_recall(graph: EvidenceGraph, covered: Coverage) -> dict[str, float | None]:
+    """Page recall of each document's own gold pages (None for a document with no gold in the episode).
+
+    ``graph`` is a :class:`~mage_gym.graph.union.UnionGraph` (``documents`` and ``doc_of_page``).
+    """
+    doc_of_page = np.asarray(graph.doc_of_page)
+    pages = np.asarray(covered.pages, dtype=np.intp)
+    out: dict[str, float | None] = {}
+    for j, doc in enumerate(graph.documents):
+        sel = doc_of_page[pages] == j if len(pages) else np.zeros(0, dtype=bool)
+        out[doc.doc_id] = float(covered.page_covered[sel].mean()) if sel.any() else None
+    return out

@@ -21,6 +21,7 @@ import numpy as np
 from mage_gym.env.graph_index import GraphIndex
 from mage_gym.env.state import ACTIVATED, OPENED, STATE_NAMES, EvidenceState
 from mage_gym.graph.schema import EDGE_KINDS
+from mage_gym.graph.union import page_label
 from mage_gym.render import esc
 
 PREVIEW_CHARS = 160
@@ -50,6 +51,12 @@ def _node_fragment(gi: GraphIndex, v: int, st: int) -> str:
     return f'    <node id="{esc(el.node_id)}" type="{esc(el.type)}" state="{name}">{inner}</node>'
 
 
+def _page_attrs(gi: GraphIndex, p: int, name: str) -> str:
+    """``number="3"``; on a union of documents the page's own number and its document: ``number="3" doc="B"``."""
+    number, doc = page_label(gi.graph, p)
+    return f'{name}="{number}"' if doc is None else f'{name}="{number}" doc="{esc(doc)}"'
+
+
 def build_text_view(state: EvidenceState, question: str, slots: np.ndarray,
                     recent: Iterable[tuple[str, str, bool, str | None]]) -> str:
     gi, b, c = state.gi, state.budget, state.counters
@@ -64,11 +71,12 @@ def build_text_view(state: EvidenceState, question: str, slots: np.ndarray,
     pages = sorted({int(gi.node_page[v]) for v in state.working})
     for p in pages:
         page = gi.graph.pages[p]
+        number = _page_attrs(gi, p, "number")
         if st[p] == ACTIVATED:
-            lines.append(f'  <page id="{esc(page.node_id)}" number="{p + 1}" state="activated">')
+            lines.append(f'  <page id="{esc(page.node_id)}" {number} state="activated">')
             lines.append(f"    <summary>{esc(_clip(page.summary or page.text, SUMMARY_CHARS))}</summary>")
         else:
-            lines.append(f'  <page id="{esc(page.node_id)}" number="{p + 1}" state="{STATE_NAMES[st[p]]}">')
+            lines.append(f'  <page id="{esc(page.node_id)}" {number} state="{STATE_NAMES[st[p]]}">')
         for v in range(int(gi.page_lo[p]), int(gi.page_hi[p])):
             if st[v] == ACTIVATED or st[v] == OPENED:
                 lines.append(_node_fragment(gi, v, int(st[v])))
@@ -93,8 +101,9 @@ def build_text_view(state: EvidenceState, question: str, slots: np.ndarray,
         node = gi.graph.pages[v] if gi.is_page[v] else gi.graph.elements[v - gi.n_pages]
         preview = _clip(node.summary or node.text, PREVIEW_CHARS)
         page_state = "activated" if st[p] == ACTIVATED else "not_activated"
+        page_attr = _page_attrs(gi, p, "page")
         lines.append(
-            f'    <candidate n="{i + 1}" id="{esc(node.node_id)}" type="{esc(gi.node_type(v))}" page="{p + 1}" '
+            f'    <candidate n="{i + 1}" id="{esc(node.node_id)}" type="{esc(gi.node_type(v))}" {page_attr} '
             f'page_state="{page_state}" relation="{",".join(kinds)}"><preview>{esc(preview)}</preview></candidate>'
         )
     lines.append("  </candidates>")

@@ -315,7 +315,8 @@ def _reference(out: _Collector, pages: Sequence[Page], elements: Sequence[Elemen
 RANK_GRID = 100
 
 
-def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024,
+              groups: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Unordered pairs ``(i < j)`` where j is among i's k most similar rows or vice versa.
 
     Blocked matmul (``block`` rows at a time) keeps memory at ``block * n``
@@ -328,6 +329,13 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) ->
     vectors, and the encoder's last digits change with batch composition and
     thread count; ranking by raw similarity let that noise pick among tied
     neighbours, so the graph changed with the number of build workers.
+
+    ``groups`` (int [n], optional): rows of the same group are never
+    neighbours, so each row's k neighbours come from other groups only. The
+    union of several documents' graphs (:mod:`mage_gym.graph.union`) passes the
+    document of each row to add cross-document pairs with exactly these rules;
+    ``None`` (the default, every single-document graph) leaves the result
+    unchanged.
     """
     n = int(vectors.shape[0])
     k = min(k, n - 1)
@@ -335,6 +343,10 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) ->
         e = np.zeros(0, dtype=np.int64)
         return e, e, np.zeros(0, dtype=np.float32)
     v = np.ascontiguousarray(vectors, dtype=np.float32)
+    if groups is not None:
+        groups = np.asarray(groups).reshape(-1)
+        if groups.shape[0] != n:
+            raise ValueError(f"groups has {groups.shape[0]} entries for {n} rows")
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
     sims: list[np.ndarray] = []
@@ -342,6 +354,8 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024) ->
         hi = min(n, lo + block)
         s = v[lo:hi] @ v.T  # [b, n]
         s[np.arange(hi - lo), np.arange(lo, hi)] = -np.inf
+        if groups is not None:
+            s[groups[lo:hi, None] == groups[None, :]] = -np.inf
         # in grid steps: rounded similarity, minus reading distance / n (less than one step)
         rank = np.rint(s.astype(np.float64) * RANK_GRID)
         rank -= np.abs(np.subtract.outer(np.arange(lo, hi, dtype=np.float64), np.arange(n, dtype=np.float64))) / n

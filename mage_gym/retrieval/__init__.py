@@ -12,7 +12,9 @@ Usage per episode::
 ``page_dense`` (MiniLM over chunks of each page's full text, best chunk; vectors
 cached on disk per document), ``colpali``, and the fusions ``hybrid_elements``
 (bm25 + dense, the original hybrid), ``hybrid_pages`` (bm25 + dense +
-page_dense, weights chosen on the dev sets' train splits) and ``hybrid``, which
+page_dense, weights chosen on the dev sets' train splits), ``hybrid_adaptive``
+(bm25 + dense + page_dense, the page weight moving between the two dense
+channels with each document's text density) and ``hybrid``, which
 is whichever of the two :data:`DEFAULT_HYBRID` names (the environment's default
 retriever). Only ``colpali`` needs torch/transformers/colpali-engine, imported
 when it is built.
@@ -43,7 +45,7 @@ HYBRID_PRESETS: dict[str, dict[str, Any]] = {
 #: What ``hybrid`` (the env's default retriever) means. Switching the default is this one line.
 DEFAULT_HYBRID = "hybrid_elements"
 RETRIEVER_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "hybrid", "hybrid_elements", "hybrid_pages",
-                                    "colpali")
+                                    "hybrid_adaptive", "colpali")
 DEFAULT_RETRIEVER = "hybrid"
 
 
@@ -87,6 +89,8 @@ def _build_one(name: str, cfg: Mapping[str, Any]) -> Retriever:
         return ColPaliRetriever(**cfg)
     if name in HYBRID_PRESETS or name == "hybrid":
         return _build_hybrid(name, cfg)
+    if name == "hybrid_adaptive":
+        return _build_adaptive(cfg)
     raise ValueError(f"unknown retriever {name!r}; expected one of {RETRIEVER_NAMES}")
 
 
@@ -127,6 +131,18 @@ def _build_hybrid(name: str, cfg: dict[str, Any]) -> Retriever:
     components = {n: _build_one(n, c) for n, c in comp_cfgs.items()}
     merged.setdefault("name", name)
     return HybridRetriever(components=components, **merged)
+
+
+def _build_adaptive(cfg: dict[str, Any]) -> Retriever:
+    """``hybrid_adaptive``: its preset (``hybrid.HYBRID_ADAPTIVE``) updated by ``cfg`` (None keeps the preset's);
+    ``bm25`` / ``dense`` / ``page_dense`` keys configure those components."""
+    from mage_gym.retrieval.hybrid import HYBRID_ADAPTIVE, DensityGatedHybrid
+
+    merged = {**HYBRID_ADAPTIVE, **{k: v for k, v in cfg.items() if v is not None}}
+    if "components" in merged:
+        raise ValueError("hybrid_adaptive always fuses bm25, dense and page_dense; drop 'components'")
+    comps = {n: _build_one(n, dict(merged.pop(n, None) or {})) for n in DensityGatedHybrid.GATED}
+    return DensityGatedHybrid(components=comps, **merged)
 
 
 def get_retriever(name: str = DEFAULT_RETRIEVER, **cfg: Any) -> Retriever:

@@ -16,6 +16,12 @@ an element its page's score, which would tie every element of a good page.
 The environment also wants each component's relevance as per-node features,
 so :meth:`HybridRetriever.score_with_components` returns the fused scores and
 the component scores from one pass (components are computed once).
+
+``hybrid_adaptive`` (:class:`DensityGatedHybrid`) moves the page weight
+between the two dense channels per document, by the document's text density
+(:func:`document_text_density`): element-pooled vectors on sparse slides,
+page-text chunks on dense prose; its setting was searched on the train splits
+(``experiments/embed_quality.py --select-adaptive``).
 """
 from __future__ import annotations
 
@@ -23,7 +29,8 @@ from typing import Mapping, Sequence
 
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever, Scores
-from mage_gym.retrieval.fusion import rrf
+from mage_gym.retrieval.cache import GraphIndexCache
+from mage_gym.retrieval.fusion import density_gate, rrf
 
 
 class HybridRetriever:
@@ -97,3 +104,93 @@ class HybridRetriever:
 
     def score(self, graph: EvidenceGraph, query: Query) -> Scores:
         return self.fuse(self.score_components(graph, query))
+
+
+#: Text-density measures a gate can read (:func:`document_text_density`).
+DENSITY_FEATURES: tuple[str, ...] = ("chars_per_element", "mean_page_chars")
+#: ``hybrid_adaptive``'s settings: chosen by experiments/embed_quality.py --select-adaptive (gate parameters on the
+#: dev sets' TRAIN splits, the fusion family on their VAL splits; rule ADAPTIVE_SELECTION_RULE there);
+#: docs/results/embed_quality/. conf/retriever/hybrid_adaptive.yaml repeats them.
+HYBRID_ADAPTIVE: dict[str, object] = {"feature": "chars_per_element", "lo": 100.0, "width": 200.0, "k": 120.0,
+                                      "bm25_weight": 1.0}
+
+
+def document_text_density(graph: EvidenceGraph) -> dict[str, float]:
+    """How much text a document's pages and elements carry, from the text BM25 indexes.
+
+    ``mean_page_chars``: mean characters of a page's searchable text
+    (:func:`mage_gym.retrieval.text.page_text`); ``chars_per_element``: all
+    pages' characters over the number of elements (a document without
+    elements counts one, so its pages are all page text).
+    """
+    from mage_gym.retrieval.text import page_text
+
+    chars = sum(len(page_text(graph, i)) for i in range(graph.n_pages))
+    return {"mean_page_chars": chars / max(1, graph.n_pages),
+            "chars_per_element": chars / max(1, graph.n_elements)}
+
+
+class DensityGatedHybrid(HybridRetriever):
+    """RRF of bm25, dense and page_dense whose page weights depend on the document's text density.
+
+    Pages: ``bm25_weight / (k + rank_bm25) + (1 - g) / (k + rank_dense) + g / (k + rank_page_dense)``
+    with ``g = density_gate(document_text_density(graph)[feature], lo, width)``: at ``g = 0`` this is
+    ``hybrid_elements``' page ranking at the same ``k``, at ``g = 1`` the page-text channel's.
+    Elements are fused with ``element_weights`` / ``element_k`` (default: as ``hybrid_elements``),
+    since the page-text channel would give every element of a page its page's score.
+    ``components`` must hold ``bm25``, ``dense`` and ``page_dense`` (other names are not gated and
+    are an error). The density is computed once per graph and cached while the graph lives.
+    """
+
+    GATED = ("bm25", "dense", "page_dense")
+
+    def __init__(self, components: Mapping[str, Retriever] | None = None, feature: str = "chars_per_element",
+                 lo: float = 100.0, width: float = 200.0, k: float = 120.0, bm25_weight: float = 1.0,
+                 element_weights: Mapping[str, float] | None = None, element_k: float = 60.0,
+                 ignore_zero: bool = True, name: str = "hybrid_adaptive", max_graphs: int = 8) -> None:
+        if components is None:
+            from mage_gym.retrieval.bm25 import BM25Retriever
+            from mage_gym.retrieval.dense import DenseRetriever
+            from mage_gym.retrieval.page_text import PageTextDenseRetriever
+
+            components = {"bm25": BM25Retriever(), "dense": DenseRetriever(), "page_dense": PageTextDenseRetriever()}
+        if set(components) != set(self.GATED):
+            raise ValueError(f"a density-gated hybrid fuses exactly {self.GATED}, got {sorted(components)}")
+        if feature not in DENSITY_FEATURES:
+            raise ValueError(f"density feature must be one of {DENSITY_FEATURES}, got {feature!r}")
+        if float(width) < 0 or float(bm25_weight) < 0:
+            raise ValueError(f"width and bm25_weight must be >= 0, got {width}, {bm25_weight}")
+        if element_weights is None:
+            element_weights = {"bm25": 1.0, "dense": 1.0, "page_dense": 0.0}
+        super().__init__(components={n: components[n] for n in self.GATED},
+                         weights={"bm25": bm25_weight, "dense": 0.5, "page_dense": 0.5}, k=k,
+                         ignore_zero=ignore_zero, element_weights=element_weights, element_k=element_k, name=name)
+        self.feature, self.lo, self.width, self.bm25_weight = feature, float(lo), float(width), float(bm25_weight)
+        self._density: GraphIndexCache[dict[str, float]] = GraphIndexCache(max_graphs)
+
+    def gate(self, graph: EvidenceGraph) -> float:
+        """The page-text dense channel's share ``g`` for this document (0..1)."""
+        density = self._density.get(graph, document_text_density)
+        return density_gate(density[self.feature], self.lo, self.width)
+
+    def fuse(self, components: Mapping[str, Scores], gate: float = 0.5) -> Scores:
+        """Pages by the gated RRF (``gate`` = g), elements as the base class fuses them."""
+        if not 0.0 <= gate <= 1.0:
+            raise ValueError(f"gate must be in [0, 1], got {gate}")
+        missing = [n for n in self.GATED if n not in components]
+        if missing:
+            raise ValueError(f"component scores missing for {missing}")
+        names = list(self.GATED)
+        weights = {"bm25": self.bm25_weight, "dense": 1.0 - gate, "page_dense": gate}
+        return Scores(
+            pages=rrf([components[n].pages for n in names], [weights[n] for n in names], self.k, self.ignore_zero),
+            elements=rrf([components[n].elements for n in names], [self.element_weights[n] for n in names],
+                         self.element_k, self.ignore_zero),
+        )
+
+    def score_with_components(self, graph: EvidenceGraph, query: Query) -> tuple[Scores, dict[str, Scores]]:
+        comps = self.score_components(graph, query)
+        return self.fuse(comps, self.gate(graph)), comps
+
+    def score(self, graph: EvidenceGraph, query: Query) -> Scores:
+        return self.score_with_components(graph, query)[0]

@@ -8,6 +8,10 @@ from what the generator drew, including two-hop *bridge* questions (see
 :mod:`.bridge`). Corpora record the generator version and a seed role
 (:mod:`.provenance`). ``load_synth(root)``
 reads them back as :class:`~mage_gym.data.episode.Episode` records.
+Composite corpora (:class:`~mage_gym.data.composite.CompositeEpisode`):
+cross-document questions over groups of reports sharing entities
+(:mod:`.multidoc`) and conversations whose later turns refer back
+(:mod:`.conversation`), both over the same generated documents.
 
 Why it exists: real benchmarks are small and their gold is page-level or
 noisy; a generator gives unlimited training episodes with exact element-level
@@ -31,15 +35,22 @@ from mage_gym.data.synth.config import (
     preset,
     preset_role,
 )
+from mage_gym.data.synth.conversation import (
+    ConversationConfig,
+    generate_conversation_corpus,
+    load_synth_conversation,
+)
 from mage_gym.data.synth.corpus import (
     CorpusInfo,
     DocResult,
+    build_document,
     default_synth_root,
     generate_corpus,
     generate_document,
     load_synth,
     read_manifest,
 )
+from mage_gym.data.synth.multidoc import MultiDocConfig, generate_multidoc_corpus, load_synth_multidoc
 from mage_gym.data.synth.provenance import (
     GENERATOR_VERSION,
     SEED_RANGES,
@@ -53,6 +64,8 @@ __all__ = [
     "PRESETS", "QUESTION_KINDS", "BRIDGE_TYPES", "REFERENCE_PATTERNS", "SynthConfig", "SynthConfigError", "preset",
     "preset_role", "GENERATOR_VERSION", "SEED_RANGES", "SeedRoleError", "check_seed", "require_role", "role_of_seed",
     "CorpusInfo", "DocResult",
-    "generate_corpus", "generate_document", "load_synth", "read_manifest", "default_synth_root",
+    "generate_corpus", "generate_document", "build_document", "load_synth", "read_manifest", "default_synth_root",
+    "MultiDocConfig", "generate_multidoc_corpus", "load_synth_multidoc",
+    "ConversationConfig", "generate_conversation_corpus", "load_synth_conversation",
     "episode_to_json", "episode_from_json",
 ]

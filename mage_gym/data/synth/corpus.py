@@ -95,6 +95,21 @@ def _rasters(dpi: int) -> Any:
 
 def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cfg: SynthConfig) -> DocResult:
     """Make one PDF, its layout record and its questions (files written under ``out_dir``)."""
+    return build_document(out_dir, index, seed, cfg)[0]
+
+
+def build_document(out_dir: str | os.PathLike[str], index: int, seed: int, cfg: SynthConfig, *,
+                   shared: Any = None, salt: tuple[int, ...] = (), doc_id: str | None = None) -> tuple[DocResult, Any]:
+    """:func:`generate_document` plus the document's :class:`~.questions.DocContext` (world, plan, drawn elements).
+
+    Hooks for composite corpora (:mod:`.multidoc`, :mod:`.conversation`), which
+    ask their own questions over the drawn facts: ``shared`` (a
+    :class:`~.world.SharedWorld`) fixes domain, entities and years across a
+    document group; ``salt`` is appended to every random stream's entropy so
+    these documents never replay a classic corpus's streams; ``doc_id``
+    renames the files. With the defaults the output is exactly
+    :func:`generate_document`'s.
+    """
     from mage_gym.data.synth.bridge import BridgePlanner
     from mage_gym.data.synth.bridge_questions import BridgeQuestionMaker
     from mage_gym.data.synth.layout import PageWriter
@@ -103,13 +118,18 @@ def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cf
     from mage_gym.data.synth.world import build_world
 
     root = Path(out_dir)
-    doc_id = doc_id_of(seed, index)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, index, 0]))
+    doc_id = doc_id or doc_id_of(seed, index)
+    salt = tuple(int(x) for x in salt)
+
+    def stream(k: int) -> np.random.Generator:
+        return np.random.default_rng(np.random.SeedSequence([seed, index, k, *salt]))
+
+    rng = stream(0)
     target = int(rng.integers(cfg.min_pages, cfg.max_pages + 1))
     world = build_world(rng, n_entities=int(np.clip(8 + target // 15, 9, 30)),
-                        n_years=int(np.clip(5 + target // 40, 6, 12)))
+                        n_years=int(np.clip(5 + target // 40, 6, 12)), shared=shared)
     # bridge material draws from its own stream: the classic content is the same with or without it
-    bridge = BridgePlanner(world, cfg, np.random.default_rng(np.random.SeedSequence([seed, index, 2])), target)
+    bridge = BridgePlanner(world, cfg, stream(2), target)
     planner = Planner(world, cfg, rng, bridge)
     bridge.attach(planner)
     writer = PageWriter(cfg, _rasters(cfg.chart_dpi), bridge.labels)
@@ -155,17 +175,15 @@ def generate_document(out_dir: str | os.PathLike[str], index: int, seed: int, cf
     full_text = "\n".join([world.title, *page_chapters, *(e.text for e in elements)])
     ctx = DocContext(doc_id, rel_pdf, world, planner.record, elements, n_pages, (W, H), full_text,
                      tuple(tuple(f) for f in writer.page_furniture), tuple(bridge.pool + bridge.end_slots))
-    q_rng = np.random.default_rng(np.random.SeedSequence([seed, index, 1]))
-    qm = QuestionMaker(ctx, cfg, q_rng)
+    qm = QuestionMaker(ctx, cfg, stream(1))
     episodes = qm.make(cfg.questions_per_doc)
-    b_rng = np.random.default_rng(np.random.SeedSequence([seed, index, 3]))
-    episodes += BridgeQuestionMaker(ctx, cfg, b_rng, qm.main, qm._region).make(cfg.bridge_questions_per_doc)
+    episodes += BridgeQuestionMaker(ctx, cfg, stream(3), qm.main, qm._region).make(cfg.bridge_questions_per_doc)
     records = []
     for j, ep in enumerate(episodes):
         ep = replace(ep, episode_id=f"{doc_id}-q{j:02d}")
         records.append(episode_to_dict(ep))
-    return DocResult(doc_id, rel_pdf, rel_layout, n_pages, world.title, world.domain.key, len(pdf),
-                     hashlib.sha256(pdf).hexdigest(), tuple(records), dict(Counter(e.type for e in elements)))
+    return (DocResult(doc_id, rel_pdf, rel_layout, n_pages, world.title, world.domain.key, len(pdf),
+                      hashlib.sha256(pdf).hexdigest(), tuple(records), dict(Counter(e.type for e in elements))), ctx)
 
 
 def _references(refs: list[Any], writer: Any, labels: list[str]) -> list[dict[str, Any]]:

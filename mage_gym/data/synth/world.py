@@ -106,12 +106,32 @@ class World:
         return key in self.values
 
 
-def build_world(rng: np.random.Generator, n_entities: int | None = None, n_years: int = N_YEARS) -> World:
+@dataclass(frozen=True)
+class SharedWorld:
+    """What the reports of one document group share (cross-document questions compare them).
+
+    The same domain (so the same metric names), the same entities (segment /
+    site names) and the same years; each report keeps its own organisation
+    (its head never one of ``exclude_org_heads``) and draws its own values.
+    """
+
+    domain_index: int
+    entities: tuple[str, ...]
+    years: tuple[int, ...]
+    exclude_org_heads: tuple[str, ...] = ()
+
+
+def build_world(rng: np.random.Generator, n_entities: int | None = None, n_years: int = N_YEARS,
+                shared: SharedWorld | None = None) -> World:
     """Draw a domain, an organisation, entities and every value it may state.
 
     Longer documents need more entities and years so that facts stay unique
     (each fact key is stated once) without running out of material.
+    ``shared`` fixes domain, entities and years for a document group (the
+    random draws without it are unchanged, so existing corpora stay identical).
     """
+    if shared is not None:
+        return _build_shared_world(rng, shared)
     domain = DOMAINS[int(rng.integers(len(DOMAINS)))]
     head = ORG_HEADS[int(rng.integers(len(ORG_HEADS)))]
     org = f"{head} {domain.org_suffixes[int(rng.integers(len(domain.org_suffixes)))]}"
@@ -119,6 +139,21 @@ def build_world(rng: np.random.Generator, n_entities: int | None = None, n_years
     report_year = int(rng.integers(2014, 2025))
     years = tuple(range(report_year - n_years + 1, report_year + 1))
     entities = tuple(make_names(rng, n_entities if n_entities else int(rng.integers(9, 13))))
+    return _fill_values(rng, domain, org, report_kind, report_year, years, entities)
+
+
+def _build_shared_world(rng: np.random.Generator, shared: SharedWorld) -> World:
+    domain = DOMAINS[shared.domain_index % len(DOMAINS)]
+    heads = [h for h in ORG_HEADS if h not in set(shared.exclude_org_heads)] or list(ORG_HEADS)
+    head = heads[int(rng.integers(len(heads)))]
+    org = f"{head} {domain.org_suffixes[int(rng.integers(len(domain.org_suffixes)))]}"
+    report_kind = domain.report_kinds[int(rng.integers(len(domain.report_kinds)))]
+    return _fill_values(rng, domain, org, report_kind, shared.years[-1], tuple(shared.years),
+                        tuple(shared.entities))
+
+
+def _fill_values(rng: np.random.Generator, domain: Domain, org: str, report_kind: str, report_year: int,
+                 years: tuple[int, ...], entities: tuple[str, ...]) -> World:
     metrics = {m.key: m for m in domain.metrics}
     values: dict[FactKey, float] = {}
     for e in entities:

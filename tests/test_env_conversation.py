@@ -213,3 +213,30 @@ def test_without_carry_over_each_question_starts_from_its_own_entry_pages():
     fresh.reset(seed=0)
     entry = fresh.retrieval.relevance(fresh.graph, env.question).page_order[: fresh.budget.k].tolist()
     assert sorted(env.state.working) == sorted(entry)  # nothing of turn 0 (its extra activation) is kept
+
+
+class _EchoReader:
+    """A reader that answers with the question it was given (what the env asks, turn by turn)."""
+
+    answers = True
+
+    def __init__(self) -> None:
+        self.questions: list[str] = []
+
+    def read(self, rendered):
+        from mage_gym.readers.base import ReaderOutput
+
+        self.questions.append(rendered.question)
+        return ReaderOutput(answer=f"ans{len(self.questions)}", raw="")
+
+
+def test_reader_gets_each_turns_question_with_the_earlier_turns():
+    reader = _EchoReader()
+    env = MageRAGEnv(episodes=[conversation()], query_fn=QF, K=16, reader=reader)
+    env.reset(seed=0)
+    for _ in range(3):
+        env.step(0)
+    first, second, third = reader.questions
+    assert first == "Which chart shows revenue growth?"
+    assert second.endswith("Now answer: And the asia risk margin?") and "A1: ans1" in second
+    assert "Q1: Which chart shows revenue growth?" in third and "Q2: And the asia risk margin?" in third

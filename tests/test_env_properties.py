@@ -8,6 +8,8 @@ the trace reproduces the final state.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -21,7 +23,8 @@ QF = hash_query_fn(16)
 
 
 def _with_conversation(pairs: list) -> list:
-    """The toy episodes plus a three-turn conversation on the same graph (turn ends, carried state, replay)."""
+    """The toy episodes plus a three-turn conversation on the same graph (turn ends, carried state, replay)
+    and a question over two documents."""
     from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
     from mage_gym.env.episodes import EnvEpisode
 
@@ -30,7 +33,16 @@ def _with_conversation(pairs: list) -> list:
     turns = tuple(Turn(p.question, p.answer, p.answer_format, True, (p,)) for p in parts[:3])
     conv = CompositeEpisode(episode_id="conv", benchmark="mmlongbench", documents=(DocumentRef(g.doc_id, "<toy>"),),
                             turns=turns, group="toy")
-    return pairs + [EnvEpisode(conv, [g])]
+    # and a question over two documents (the union graph, gold in both)
+    from mage_gym.testing import make_toy_graph
+
+    g2 = make_toy_graph(n_pages=4, elements_per_page=3, doc_id="toy2", dim=16, seed=3)
+    other = replace(parts[0], episode_id="x2", doc_id="toy2", source="<toy2>", evidence_pages=(2,),
+                    gold_node_ids=("toy2:p2:e1",), evidence_regions=())
+    xdoc = CompositeEpisode(episode_id="xdoc", benchmark="mmlongbench",
+                            documents=(DocumentRef(g.doc_id, "<toy>"), DocumentRef("toy2", "<toy2>")),
+                            turns=(Turn(parts[0].question, "x", "Str", True, (parts[0], other)),), group="toys")
+    return pairs + [EnvEpisode(conv, [g]), EnvEpisode(xdoc, [g, g2])]
 
 
 EPISODES = _with_conversation(toy_episodes(n_pages=6, elements_per_page=4))

@@ -111,17 +111,33 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
         rows.append(cells + [(r.get("metrics") or {}).get(k) for k in metric_keys])
     out = _table(ident + metric_keys, rows)
     for r in runs:  # metrics that map names to numbers (per relation, per channel): one small table per run
-        nested = {k: v for k, v in (r.get("metrics") or {}).items()
-                  if isinstance(v, Mapping) and v and all(_is_cell(x) and not isinstance(x, Mapping) for x in v.values())}
+        title = " ".join(str(_budget_label(r.get(k)) if k == "budget" else r.get(k)) for k in ident)
+        for name, v in (r.get("metrics") or {}).items():  # lists of records (per turn): one row per record
+            if isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v):
+                cols = list(dict.fromkeys(k for x in v for k in x))
+                out += ["", f"{title}, {name}:", ""] + _table(cols, [[x.get(c) for c in cols] for x in v])
+        nested = {k: _spread_lists(v) for k, v in (r.get("metrics") or {}).items() if isinstance(v, Mapping) and v}
+        nested = {k: v for k, v in nested.items()
+                  if all(_is_cell(x) and not isinstance(x, Mapping) for x in v.values())}
         if not nested:
             continue
-        title = " ".join(str(_budget_label(r.get(k)) if k == "budget" else r.get(k)) for k in ident)
         groups: dict[tuple[str, ...], dict[str, Mapping[str, Any]]] = {}
         for name, v in nested.items():  # metrics over the same keys share a table
             groups.setdefault(tuple(v), {})[name] = v
         for keys, group in groups.items():
             out += ["", f"{title}:", ""] + _table(["", *group], [[k, *(v.get(k) for v in group.values())]
                                                                  for k in keys])
+    return out
+
+
+def _spread_lists(v: Mapping[str, Any]) -> dict[str, Any]:
+    """``{"by_position": [a, b]}`` -> ``{"by_position[1]": a, "by_position[2]": b}`` (short lists of numbers)."""
+    out: dict[str, Any] = {}
+    for k, x in v.items():
+        if isinstance(x, list) and len(x) <= 12 and all(_is_cell(y) for y in x):
+            out.update({f"{k}[{i + 1}]": y for i, y in enumerate(x)})
+        else:
+            out[k] = x
     return out
 
 

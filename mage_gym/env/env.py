@@ -44,7 +44,9 @@ from mage_gym.env.relevance import EpisodeRelevance, QueryFn
 from mage_gym.env.search import EnvRetrieval
 from mage_gym.env.state import ACTIVATED, EvidenceState
 from mage_gym.env.text_view import build_text_view, frontier_candidates, recent_buffer
-from mage_gym.env.turns import Conversation, TurnRecord, aggregate_outcomes, carry_state, history_xml
+from mage_gym.env.turns import (
+    Conversation, TurnRecord, aggregate_outcomes, carry_state, history_xml, reader_question,
+)
 from mage_gym.readers.base import Reader, ReaderOutput, RenderedInput
 from mage_gym.render import RENDER_MODES, RenderConfig, render
 from mage_gym.retrieval.base import Retriever
@@ -644,12 +646,13 @@ class MageRAGEnv(gym.Env):
         state.stop_reason = reason
         self._invalidate()
         graph = state.gi.graph
-        rendered = render(graph, state, self.render_mode, loaded.public.question, self.render_config)
-        out: ReaderOutput = self.reader.read(rendered)
-        state.counters.reader_calls += 1
         conv = self._conv
         assert conv is not None
         question, gold = loaded.turn(conv.turn)
+        asked = reader_question(conv.history(), question)  # a follow-up comes with the earlier turns
+        rendered = render(graph, state, self.render_mode, asked, self.render_config)
+        out: ReaderOutput = self.reader.read(rendered)
+        state.counters.reader_calls += 1
         outcome = score_episode(graph, gold, rendered, out, bool(self.reader.answers), state.counters,
                                 self.reward_config, self._op_cap, self._call_cap, reason)
         self._pending_reward += outcome.reward

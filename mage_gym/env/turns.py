@@ -42,7 +42,7 @@ SUMMED_METRICS = frozenset({
     "tokens_rendered", "operations", "reader_calls", "evaluator_calls", "steps", "rounds", "activations", "opens",
     "searches", "invalid_actions",
 })
-#: What ``per_turn`` lists for each turn.
+#: What ``per_turn`` lists for each turn (besides ``turn`` and the reader's ``answer``).
 PER_TURN_KEYS = ("reward", "evidence_page_recall", "tokens_rendered")
 
 
@@ -111,6 +111,24 @@ def history_xml(history: Sequence[tuple[str, str | None]]) -> str:
     return "\n".join(lines)
 
 
+def reader_question(history: Sequence[tuple[str, str | None]], question: str) -> str:
+    """What the reader is asked: the question itself, or, in a conversation, the earlier turns then the question.
+
+    Why: a follow-up ("and in the prior year?") cannot be answered alone; the
+    reader gets the earlier questions and its own earlier answers (never gold).
+    The first turn, and every single-question episode, is the bare question.
+    """
+    if not history:
+        return question
+    lines = ["Earlier in this conversation:"]
+    for i, (q, a) in enumerate(history):
+        lines.append(f"Q{i + 1}: {q}")
+        if a:
+            lines.append(f"A{i + 1}: {a}")
+    lines.append(f"Now answer: {question}")
+    return "\n".join(lines)
+
+
 def _mean(values: list[Any]) -> float | None:
     vals = [float(v) for v in values if v is not None and not isinstance(v, (str, dict, list))]
     return float(np.mean(vals)) if vals else None
@@ -137,9 +155,9 @@ def aggregate_outcomes(turns: Sequence[TurnRecord]) -> Outcome:
     metrics["stop_reason"] = turns[-1].stop_reason
     metrics["turns"] = len(turns)
     metrics["per_turn"] = [
-        {"turn": i, "reward": float(o.reward),
-         **{k: o.metrics.get(k) for k in PER_TURN_KEYS if k != "reward"}}
-        for i, o in enumerate(outcomes)
+        {"turn": i, "reward": float(t.outcome.reward),
+         **{k: t.outcome.metrics.get(k) for k in PER_TURN_KEYS if k != "reward"}, "answer": t.answer}
+        for i, t in enumerate(turns)
     ]
     docs = [o.metrics.get("per_document_recall") for o in outcomes if o.metrics.get("per_document_recall")]
     if docs:
@@ -149,4 +167,4 @@ def aggregate_outcomes(turns: Sequence[TurnRecord]) -> Outcome:
 
 
 __all__ = ["DEFAULT_CAP_FACTOR", "SUMMED_METRICS", "PER_TURN_KEYS", "carry_state", "TurnRecord", "Conversation",
-           "history_xml", "aggregate_outcomes"]
+           "history_xml", "reader_question", "aggregate_outcomes"]

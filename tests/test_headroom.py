@@ -84,6 +84,13 @@ def test_headroom_script_on_a_generated_corpus(tmp_path: Path) -> None:
         assert m["topk_recall"] <= m["top2k_recall"] <= m["top3k_recall"]
         assert m["oracle_recall"] is not None and m["oracle_recall"] >= m["topk_recall"] - 1e-9
         assert set(m["reach_1hop"]) == set(m["chance_1hop"]) and "any" in m["reach_1hop"]
+        assert m["slot_search"]["max_pairs"] == 5000 and m["slot_search"]["width"] is None
+        assert set(m["slot_reach_1"]) == set(m["reach_1hop"]) == set(m["slot_chance_2"])  # same relations
+        if m["missed_gold_pages"]:
+            assert m["slot_reach_0"]["any"] == pytest.approx(m["missed_in_slots_at_reset"])
+            assert m["slot_reach_0"]["any"] <= m["slot_reach_1"]["any"] <= m["slot_reach_2"]["any"] <= 1.0
+            assert m["slot_chance_0"]["any"] <= m["slot_chance_1"]["any"] <= m["slot_chance_2"]["any"] <= 1.0
     rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert rows and all(r["privileged"] for r in rows)
+    assert all(r["slot"]["missed"] == r["missed"] for r in rows)
     assert np.isfinite([r["oracle"]["recall"] for r in rows]).all()

@@ -119,3 +119,45 @@ def make_toy_graph(n_pages: int = 6, elements_per_page: int = 4, doc_id: str = "
         edge_label=lab, page_vectors=page_vecs, element_vectors=el_vecs,
         meta={"parser": "toy", "version": "toy"},
     )
+
+
+def toy_conversation(n_pages: int = 8, turns: int = 3, episode_id: str = "conv", dim: int = 16):
+    """A conversation of ``turns`` questions on one toy graph, element gold per turn (an ``EnvEpisode``).
+
+    Use with ``query_fn=mage_gym.env._synthetic.hash_query_fn(dim)``.
+    """
+    from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
+    from mage_gym.env.episodes import EnvEpisode
+
+    g = make_toy_graph(n_pages=n_pages, elements_per_page=5, dim=dim, seed=0)
+    questions = ["Which chart shows revenue growth?", "And the asia risk margin?", "What about europe employees?",
+                 "Which table shows profit?"][:turns]
+    pages = [n_pages // 2, 3, n_pages - 1, 1][:turns]
+    ts = tuple(Turn(q, "x", "Str", True, (_toy_part(g.doc_id, f"{episode_id}#{i}", q, p),))
+               for i, (q, p) in enumerate(zip(questions, pages)))
+    ep = CompositeEpisode(episode_id=episode_id, benchmark="mmlongbench",
+                          documents=(DocumentRef(g.doc_id, "<toy>"),), turns=ts, group="g0")
+    return EnvEpisode(ep, [g])
+
+
+def toy_crossdoc(page_a: int = 4, page_b: int = 2, episode_id: str = "xdoc", dim: int = 16):
+    """One question over two toy documents ``A`` (6 pages) and ``B`` (5 pages), gold in both (an ``EnvEpisode``)."""
+    from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
+    from mage_gym.env.episodes import EnvEpisode
+
+    ga = make_toy_graph(n_pages=6, elements_per_page=4, doc_id="A", dim=dim, seed=0)
+    gb = make_toy_graph(n_pages=5, elements_per_page=4, doc_id="B", dim=dim, seed=1)
+    q = "Compare revenue growth of A and B"
+    turn = Turn(q, "A", "Str", True, (_toy_part("A", f"{episode_id}-A", q, page_a),
+                                      _toy_part("B", f"{episode_id}-B", q, page_b)))
+    ep = CompositeEpisode(episode_id=episode_id, benchmark="mmlongbench",
+                          documents=(DocumentRef("A", "<A>"), DocumentRef("B", "<B>")), turns=(turn,), group="AB")
+    return EnvEpisode(ep, [ga, gb])
+
+
+def _toy_part(doc: str, episode_id: str, question: str, page: int, element: int = 2):
+    from mage_gym.data.episode import Episode
+
+    return Episode(episode_id=episode_id, benchmark="mmlongbench", doc_id=doc, source=f"<{doc}>", question=question,
+                   answer="x", answer_format="Str", evidence_pages=(page,),
+                   gold_node_ids=(f"{doc}:p{page}:e{element}",))

@@ -7,35 +7,20 @@ import numpy as np
 import pytest
 from gymnasium.utils.env_checker import check_env
 
-from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
-from mage_gym.data.episode import Episode
 from mage_gym.env import MageRAGEnv
 from mage_gym.env.episodes import EnvEpisode
 from mage_gym.env.observation import CONVERSATION_KEYS, NUMERIC_KEYS
 from mage_gym.env.state import ACTIVATED, OPENED
 from mage_gym.env._synthetic import hash_query_fn, toy_episodes
-from mage_gym.testing import make_toy_graph
-from policies import get_policy
+from mage_gym.testing import toy_conversation, toy_crossdoc
+from policies import POLICIES, get_policy
 from policies.runner import run_episode
 
 QF = hash_query_fn(16)
 
 
-def _part(doc: str, eid: str, question: str, node: str, page: int) -> Episode:
-    return Episode(episode_id=eid, benchmark="mmlongbench", doc_id=doc, source="<toy>", question=question,
-                   answer="x", answer_format="Str", evidence_pages=(page,), gold_node_ids=(node,))
-
-
-def conversation(n_pages: int = 8, turns: int = 3, eid: str = "conv") -> EnvEpisode:
-    g = make_toy_graph(n_pages=n_pages, elements_per_page=5, dim=16, seed=0)
-    qs = ["Which chart shows revenue growth?", "And the asia risk margin?", "What about europe employees?",
-          "Which table shows profit?"][:turns]
-    pages = [n_pages // 2, 3, n_pages - 1, 1][:turns]
-    ts = tuple(Turn(q, "x", "Str", True, (_part(g.doc_id, f"{eid}#{i}", q, f"{g.doc_id}:p{p}:e2", p),))
-               for i, (q, p) in enumerate(zip(qs, pages)))
-    ep = CompositeEpisode(episode_id=eid, benchmark="mmlongbench", documents=(DocumentRef(g.doc_id, "<toy>"),),
-                          turns=ts, group="g0")
-    return EnvEpisode(ep, [g])
+def conversation() -> EnvEpisode:
+    return toy_conversation()
 
 
 def make_env(K: int = 16, **kw) -> MageRAGEnv:
@@ -121,13 +106,33 @@ def test_conversation_cap_limits_paid_activations_over_turns():
     assert info["metrics"]["activations"] == 4
 
 
-def test_every_step_policy_runs_a_conversation_and_is_reset_per_turn():
-    for name in ("topk_page", "heuristic", "random", "graph_follower", "ppo"):  # ppo: the shipped checkpoint (K=64)
-        env = make_env(K=64)
-        policy = get_policy(name)
-        res = run_episode(env, policy, seed=0)
-        assert res.metrics["turns"] == 3, name
-        assert len(res.metrics["per_turn"]) == 3
+def _policy(name: str):
+    if name == "llm_evaluator":  # a scripted model: a valid decision, then stop
+        from policies.llm_evaluator import CallableBackend
+
+        replies = iter(['<agent_decision><selected_actions><action index="1"/></selected_actions></agent_decision>',
+                        "<agent_decision><stop>true</stop></agent_decision>"] * 50)
+        return get_policy(name, backend=CallableBackend(lambda system, user: next(replies)), cache=False)
+    return get_policy(name)  # ppo: the shipped checkpoint (K=64)
+
+
+@pytest.mark.parametrize("name", sorted(POLICIES))
+@pytest.mark.parametrize("kind", ["conversation", "cross_document"])
+def test_every_policy_runs_both_kinds_with_valid_actions(name: str, kind: str):
+    pair = conversation() if kind == "conversation" else toy_crossdoc()
+    policy = _policy(name)
+    privileged = bool(getattr(policy, "privileged", False))
+    env = MageRAGEnv(episodes=[pair], query_fn=QF, K=64, privileged=privileged,
+                     render_mode=policy.render_mode or "visual")
+    if privileged:
+        policy.bind(env)
+    res = run_episode(env, policy, seed=0)
+    if policy.level == "step":
+        assert res.invalid == 0, res.errors
+    if kind == "conversation":
+        assert res.metrics["turns"] == 3 and len(res.metrics["per_turn"]) == 3
+    else:
+        assert set(res.metrics["per_document_recall"]) == {"A", "B"}
 
 
 def test_reader_input_grows_with_the_carried_subgraph():

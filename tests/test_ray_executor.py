@@ -6,7 +6,10 @@ three short synthetic PDFs. Checked: a Ray graph build gives the same
 ``graph_hash`` per document as a local build; a build task that kills its own
 process is retried and nothing is lost or duplicated; a benchmark on Ray
 actors writes the same ``episodes.jsonl`` rows (ignoring ``wall_s``) and the
-same traces as a local run, including when an actor dies mid-episode.
+same traces as a local run, including when an actor dies mid-episode; a build
+task that meets a half-written or corrupt cache entry rebuilds it; with
+``executor.servers`` the actors' model requests reach every server and never
+exceed the per-server limit (two stdlib fake OpenAI-compatible servers).
 """
 from __future__ import annotations
 
@@ -68,8 +71,13 @@ def build(files: list[str], cache: Path, executor: dict | None = None) -> dict:
 
 
 @pytest.fixture(scope="module")
-def local_build(corpus, tmp_path_factory) -> dict:
-    return build(pdfs(corpus), tmp_path_factory.mktemp("cache_local"))
+def local_cache(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("cache_local")
+
+
+@pytest.fixture(scope="module")
+def local_build(corpus, local_cache) -> dict:
+    return build(pdfs(corpus), local_cache)
 
 
 def hashes(res: dict) -> dict[str, str]:
@@ -101,6 +109,44 @@ def test_build_task_that_kills_its_process_is_retried(cluster, corpus, local_bui
     assert paths == files  # every document once, in order
     assert res["totals"]["failed"] == 0 and res["totals"]["built"] == 3
     assert hashes(res) == hashes(local_build)
+
+
+def entries_by_document(cache: Path) -> dict[str, Path]:
+    """The graph cache's entry folders, by the path of the document each one holds."""
+    from mage_gym.graph.store import RECORDS
+
+    return {json.loads((d / RECORDS).read_text())["source"]["path"]: d for d in cache.iterdir()
+            if (d / RECORDS).is_file()}
+
+
+def test_a_build_task_never_trusts_a_partial_cache_entry(cluster, corpus, local_build, local_cache, tmp_path,
+                                                         monkeypatch) -> None:
+    import shutil
+
+    import numpy as np
+
+    import experiments.common.corpus as corpus_mod
+    from mage_gym.graph.store import MANIFEST
+
+    files = pdfs(corpus)
+    cache = tmp_path / "cache"
+    shutil.copytree(local_cache, cache)
+    entries = entries_by_document(cache)
+    assert sorted(entries) == files
+    # what a writer that died, or a damaged disk, leaves behind in the shared folder
+    (entries[files[0]] / MANIFEST).unlink()  # every array written, the completion marker not
+    vec = entries[files[1]] / "element_vectors.npy"
+    vec.write_bytes(vec.read_bytes()[: vec.stat().st_size // 2])  # a truncated array
+    pv = entries[files[2]] / "page_vectors.npy"
+    np.save(pv, np.zeros_like(np.load(pv)))  # a readable array of the right shape, the wrong bytes
+    # the driver's own cache check is skipped, so each entry is first met by a Ray task (on either node)
+    monkeypatch.setattr(corpus_mod, "try_cached", lambda p, cfg: None)
+    res = build(files, cache, RAY)
+    assert [r["cached"] for r in res["documents"]] == [False] * 3 and res["totals"]["failed"] == 0
+    assert hashes(res) == hashes(local_build)
+    assert entries_by_document(cache) == entries and all((d / MANIFEST).is_file() for d in entries.values())
+    again = build(files, cache, RAY)  # the rebuilt entries are whole: the tasks now load them
+    assert [r["cached"] for r in again["documents"]] == [True] * 3 and hashes(again) == hashes(local_build)
 
 
 def test_ray_build_without_retries_reports_the_dead_task(cluster, corpus, tmp_path, monkeypatch) -> None:
@@ -172,6 +218,119 @@ def test_actor_killed_mid_episode_loses_and_duplicates_nothing(cluster, bench_cf
     benchmark({**bench_cfg, "policies": ["topk_page"], "executor": RAY}, tmp_path / "out")
     assert marker.exists(), "the fault hook never fired: the test would prove nothing"
     assert rows(tmp_path / "out") == local  # every episode once, the killed one replayed by the restarted actor
+
+
+# --- several model servers behind the actors ------------------------------------------------------------------
+
+
+class FakeModelServer:
+    """An OpenAI-compatible chat server (stdlib, a thread) counting its requests and the most it served at once.
+
+    Replies are a pure function of the request, like a deterministic model's,
+    so which server answered cannot change a record.
+    """
+
+    MODEL = "fake-model"
+
+    def __init__(self, delay: float) -> None:
+        import threading
+        import time
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        self.lock = threading.Lock()
+        self.in_flight = self.peak = self.requests = 0
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:  # quiet
+                pass
+
+            def reply(self, obj: dict) -> None:
+                data = json.dumps(obj).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self) -> None:
+                self.reply({"data": [{"id": FakeModelServer.MODEL}]})
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with server.lock:
+                    server.in_flight += 1
+                    server.requests += 1
+                    server.peak = max(server.peak, server.in_flight)
+                try:
+                    time.sleep(delay)
+                    user = str(body["messages"][1]["content"])
+                finally:
+                    with server.lock:
+                        server.in_flight -= 1
+                self.reply({"choices": [{"message": {"role": "assistant", "content": f"Answer: {len(user) % 7}"}}]})
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}/v1"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture()
+def model_servers():
+    servers = [FakeModelServer(delay=0.05), FakeModelServer(delay=0.05)]
+    yield servers
+    for s in servers:
+        s.close()
+
+
+def test_episode_actors_spread_requests_over_servers_with_a_limit_per_server(cluster, corpus, model_servers,
+                                                                            tmp_path) -> None:
+    a, b = model_servers
+    # the LLM evaluator calls its backend every round and the reader once per episode: both go to the servers
+    cfg = compose("dataset=synth", f"dataset.root={corpus}", "policies=[llm_evaluator]", "retriever=bm25",
+                  "logger=none", "equal_cost.enabled=false", *SMALL_ENV,
+                  "reader=openai", f"reader.base_url={a.url}", f"reader.model={a.MODEL}", "reader.vision=false",
+                  "reader.cache=false", "policy.llm_evaluator.backend.reader=openai",
+                  f"policy.llm_evaluator.backend.model={a.MODEL}", f"+policy.llm_evaluator.backend.base_url={a.url}",
+                  "+policy.llm_evaluator.backend.vision=false", "policy.llm_evaluator.cache=false",
+                  "policy.llm_evaluator.limit=10")
+    benchmark(cfg, tmp_path / "local")  # one process, every request to the first server
+    local_requests = a.requests
+    assert local_requests >= 20 and b.requests == 0
+    a.requests = a.peak = 0
+    # four actors on two servers, one request in flight per server: actors 0 and 2 share server a, 1 and 3 server b
+    on_ray = {**RAY, "cpus_per_task": 0.5, "actors": 4, "servers": [a.url, b.url], "server_concurrency": 1}
+    benchmark({**cfg, "executor": on_ray}, tmp_path / "ray")
+    assert a.requests > 0 and b.requests > 0, "both servers get requests"
+    assert a.requests + b.requests == local_requests
+    assert a.peak == 1 and b.peak == 1, "the limit holds per server across actors (and nodes)"
+    def untimed(out: Path) -> list[dict]:
+        return [{**r, "evaluator": {k: v for k, v in r["evaluator"].items() if k != "model_seconds"}}
+                for r in rows(out)]
+
+    assert untimed(tmp_path / "ray") == untimed(tmp_path / "local")  # which server answered changes no record
+
+
+def test_server_slots_free_what_a_dead_process_held(cluster) -> None:
+    from experiments.common.distributed.servers import start_slots
+
+    slots = start_slots(ray, ["http://s1/v1"], 1)
+    try:
+        assert ray.get(slots.acquire.remote("http://s1/v1", "actor-a", 100))
+        waiting = slots.acquire.remote("http://s1/v1", "actor-b", 200)  # the server is full: b waits
+        ready, _ = ray.wait([waiting], timeout=0.5)
+        assert not ready
+        ray.get(slots.register.remote("actor-a", 101))  # actor a restarted: process 100 died holding the slot
+        assert ray.get(waiting, timeout=10)
+        ray.get(slots.release.remote("http://s1/v1", "actor-b", 200))
+        assert not ray.get(slots.acquire.remote("http://s1/v1", "actor-a", 100))  # the dead process gets nothing
+        assert ray.get(slots.stats.remote())["http://s1/v1"] == {"requests": 2, "peak_in_flight": 1, "limit": 1}
+    finally:
+        ray.kill(slots)
 
 
 # --- configuration and the default path ----------------------------------------------------------------------

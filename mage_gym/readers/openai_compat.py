@@ -57,7 +57,7 @@ VISION_HINT = ("the request carried images as content parts and this server look
                "set vision=false for this reader/evaluator backend")
 _LOOPBACK = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
-_SEMAPHORES: dict[str, threading.BoundedSemaphore] = {}
+_SEMAPHORES: dict[str, Any] = {}  # a BoundedSemaphore per server, or a limiter from set_server_limiter
 _SEM_LOCK = threading.Lock()
 
 
@@ -69,6 +69,23 @@ def server_semaphore(base_url: str, max_concurrency: int) -> threading.BoundedSe
         if sem is None:
             sem = _SEMAPHORES[key] = threading.BoundedSemaphore(max_concurrency)
         return sem
+
+
+def set_server_limiter(base_url: str, limiter: Any | None) -> None:
+    """Make readers built later in this process take their request slots for ``base_url`` from ``limiter``.
+
+    Why: on a cluster the per-server limit must hold across processes and
+    machines, which a thread semaphore cannot do; the Ray executor installs a
+    cluster-wide limiter here (any context manager that blocks until a slot is
+    free, :mod:`experiments.common.distributed.servers`). ``None`` removes it:
+    the next reader gets a fresh process-wide semaphore again.
+    """
+    key = base_url.rstrip("/")
+    with _SEM_LOCK:
+        if limiter is None:
+            _SEMAPHORES.pop(key, None)
+        else:
+            _SEMAPHORES[key] = limiter
 
 
 class _Retryable(Exception):

@@ -19,7 +19,8 @@ log = logging.getLogger("experiments.distributed")
 
 #: the keys of ``conf/executor/ray.yaml``; missing keys take these values
 RAY_DEFAULTS: dict[str, Any] = {"name": "ray", "address": "local", "cpus_per_task": 1, "max_retries": 3,
-                                "object_store_memory": None, "actors": None, "reader_cache": None}
+                                "object_store_memory": None, "actors": None, "reader_cache": None, "servers": None,
+                                "server_concurrency": None}
 #: test-only hook: ``<substring of a document path or episode id>:<marker file>``; the first task on a
 #: matching item creates the marker and kills its own process (tests/test_ray_executor.py)
 KILL_ONCE_ENV = "MAGE_GYM_RAY_KILL_ONCE"
@@ -33,6 +34,13 @@ def ray_options(executor: Mapping[str, Any]) -> dict[str, Any]:
     out = {**RAY_DEFAULTS, **dict(executor)}
     if float(out["cpus_per_task"]) <= 0 or int(out["max_retries"]) < 0:
         raise ValueError(f"executor: need cpus_per_task > 0 and max_retries >= 0, got {out}")
+    servers = out["servers"]
+    if isinstance(servers, str):  # one URL given as a string: a list of one
+        out["servers"] = servers = [servers]
+    if servers is not None and (not list(servers) or not all(isinstance(u, str) and u for u in servers)):
+        raise ValueError(f"executor.servers must be null or a non-empty list of base URLs, got {servers!r}")
+    if out["server_concurrency"] is not None and int(out["server_concurrency"]) < 1:
+        raise ValueError(f"executor.server_concurrency must be null or >= 1, got {out['server_concurrency']}")
     return out
 
 
@@ -117,3 +125,17 @@ def node_reader_cache(executor: Mapping[str, Any]) -> str:
     from pathlib import Path
 
     return str(executor.get("reader_cache") or Path.home() / ".cache" / "mage_gym" / "readers" / "responses.sqlite")
+
+
+def node_evaluator_cache(executor: Mapping[str, Any]) -> str:
+    """Where an actor's LLM evaluator keeps its reply cache (``cache: true``): on the node's own disk too.
+
+    Next to ``executor.reader_cache`` when that is set, else
+    ``~/.cache/mage_gym/evaluator/responses.sqlite`` (the evaluator's local
+    default lives under ``$MAGE_GYM_CACHE``, the shared folder on a cluster).
+    """
+    from pathlib import Path
+
+    if executor.get("reader_cache"):
+        return str(Path(str(executor["reader_cache"])).with_name("evaluator_responses.sqlite"))
+    return str(Path.home() / ".cache" / "mage_gym" / "evaluator" / "responses.sqlite")

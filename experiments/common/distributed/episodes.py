@@ -16,6 +16,11 @@ episode order, to the one trace file a local run writes. An actor whose
 process dies is restarted and its episode retried (``max_retries``); an
 episode is reported once, whatever happened. Actors are kept between policy
 x budget runs of one driver (:func:`release_actors` frees them).
+
+With ``executor.servers``, actor ``i`` sends its OpenAI-compatible requests
+to ``servers[i % n]`` under a cluster-wide limit per server
+(:mod:`.servers`). An LLM evaluator's reply cache (``cache: true``), like
+the reader's, lives on the node's own disk.
 """
 from __future__ import annotations
 
@@ -27,8 +32,8 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from experiments.common.distributed.cluster import (apply_env, connect, maybe_die_once, node_reader_cache, pinned_env,
-                                                    ray_options)
+from experiments.common.distributed.cluster import (apply_env, connect, maybe_die_once, node_evaluator_cache,
+                                                    node_reader_cache, pinned_env, ray_options)
 
 log = logging.getLogger("experiments.distributed")
 
@@ -43,11 +48,13 @@ class EpisodeWorker:
     (it was just restarted after its process died), builds that one first.
     """
 
-    def __init__(self, env_vars: Mapping[str, str], threads: int) -> None:
+    def __init__(self, env_vars: Mapping[str, str], threads: int, index: int = 0) -> None:
         apply_env(env_vars)
         import torch
 
         torch.set_num_threads(threads)
+        self.index = index  # position in the driver's pool: picks this actor's model server
+        self.limited: list[str] = []  # server URLs whose requests take slots from the run's ServerSlots
         self.key: str | None = None
         self.env: Any = None
         self.policy: Any = None
@@ -55,16 +62,18 @@ class EpisodeWorker:
         self.trace_offset = 0
 
     def _setup(self, key: str, spec: Mapping[str, Any]) -> None:
-        """Build the env and policy ``spec`` describes (name, opts, episodes, cfg, policy, trace, reader_cache)."""
+        """Build the env and policy ``spec`` describes (name, opts, episodes, cfg, policy, trace, caches, servers)."""
         from experiments.common.benchmarking import policy_kwargs
         from experiments.common.envs import build_reader, make_env
         from policies import get_policy
 
         self.finish()
         cfg = dict(spec["cfg"])
+        reader_cfg, opts = self._use_servers(spec.get("servers"), dict(cfg.get("reader") or {}), dict(spec["opts"]))
+        if opts.get("cache") is True:  # the LLM evaluator's sqlite reply cache: the node's own disk as well
+            opts["cache"] = spec["evaluator_cache"]
         policy = spec["policy"]
-        self.policy = policy if policy is not None else get_policy(spec["name"], **policy_kwargs(spec["opts"]))
-        reader_cfg = dict(cfg.get("reader") or {})
+        self.policy = policy if policy is not None else get_policy(spec["name"], **policy_kwargs(opts))
         if reader_cfg.get("cache") is True:  # the node's own sqlite file, never one on the shared folder
             reader_cfg["cache"] = spec["reader_cache"]
         reader = build_reader({**cfg, "reader": reader_cfg})  # one per actor, like a local run's one
@@ -74,6 +83,33 @@ class EpisodeWorker:
         self.trace_offset = 0
         self.env = make_env(spec["episodes"], cfg, render_mode=self.policy.render_mode, reader=reader, max_graphs=8)
         self.key = key
+
+    def _use_servers(self, servers: Mapping[str, Any] | None, reader_cfg: dict, opts: dict) -> tuple[dict, dict]:
+        """Point the reader and evaluator backends at this actor's server, its slots taken cluster-wide.
+
+        Limiters of an earlier setup are removed first (their run's slot
+        actor is gone). Registering frees slots a dead predecessor of this
+        actor's process still held.
+        """
+        import os
+
+        import ray
+
+        from experiments.common.distributed.servers import ClusterSlot, point_at
+        from mage_gym.readers.openai_compat import set_server_limiter
+
+        for url in self.limited:
+            set_server_limiter(url, None)
+        self.limited = []
+        if not servers:
+            return reader_cfg, opts
+        urls = list(servers["urls"])
+        url = urls[self.index % len(urls)]
+        me, pid = ray.get_runtime_context().get_actor_id(), os.getpid()
+        ray.get(servers["slots"].register.remote(me, pid))
+        set_server_limiter(url, ClusterSlot(servers["slots"], url, me, pid))
+        self.limited = [url]
+        return point_at(url, reader_cfg, opts)
 
     def play(self, key: str, spec_box: list, i: int, episode_id: str, seed: int) -> tuple:
         """Episode ``i``: ``("ok", i, result, stats, trace)`` or ``("failed", i, episode_id, error, stats, trace)``.
@@ -138,7 +174,7 @@ def _actors(ray: Any, n: int, cpus: float, env_vars: Mapping[str, str], retries:
     pool = _POOL.setdefault(key, [])
     Worker = ray.remote(EpisodeWorker).options(num_cpus=cpus, max_restarts=retries, max_task_retries=retries)
     while len(pool) < n:
-        pool.append(Worker.remote(dict(env_vars), max(1, int(cpus))))
+        pool.append(Worker.remote(dict(env_vars), max(1, int(cpus)), len(pool)))
     return pool[:n]
 
 
@@ -174,6 +210,26 @@ def _merge_stats(parts: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _server_slots(ray: Any, ex: Mapping[str, Any], name: str, reader_cfg: Mapping[str, Any],
+                  opts: Mapping[str, Any]) -> Any:
+    """The run's per-server request slots (a :class:`~.servers.ServerSlots` actor), or None without servers.
+
+    None too when this policy x budget calls no OpenAI-compatible backend
+    (e.g. a heuristic policy with the oracle reader). Every server is checked
+    (``GET /models``) first, so a wrong URL fails before any episode.
+    """
+    if not ex["servers"]:
+        return None
+    from experiments.common.distributed.servers import check_servers, default_limit, openai_nodes, start_slots
+
+    if not openai_nodes(reader_cfg, opts):
+        log.info("%s: no OpenAI-compatible backend; executor.servers not used", name)
+        return None
+    urls = [str(u).rstrip("/") for u in ex["servers"]]
+    check_servers(urls, reader_cfg, opts)
+    return start_slots(ray, urls, int(ex["server_concurrency"] or default_limit(reader_cfg, opts)))
+
+
 def play_on_ray(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg: Mapping[str, Any],
                 executor: Mapping[str, Any], policy: Any = None, seed: int = 0, trace_path: Any = None, *,
                 skip: Any = (), on_result: Any = None, on_failure: Any = None) -> tuple[list[Any], dict[str, Any]]:
@@ -196,7 +252,11 @@ def play_on_ray(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg
     n_actors = int(ex["actors"] or max(1, int(ray.cluster_resources().get("CPU", 1) // cpus)))
     env_cfg = {k: v for k, v in dict(cfg["env"]).items() if k != "trace_path"}
     spec = {"name": name, "opts": dict(opts), "episodes": list(episodes), "cfg": {**dict(cfg), "env": env_cfg},
-            "policy": policy, "trace": trace_path is not None, "reader_cache": node_reader_cache(ex)}
+            "policy": policy, "trace": trace_path is not None, "reader_cache": node_reader_cache(ex),
+            "evaluator_cache": node_evaluator_cache(ex), "servers": None}
+    slots = _server_slots(ray, ex, name, dict(cfg.get("reader") or {}), opts)
+    if slots is not None:
+        spec["servers"] = {"urls": [str(u).rstrip("/") for u in ex["servers"]], "slots": slots}
     setup_key = uuid.uuid4().hex
     spec_box = [ray.put(spec)]
     actors = _actors(ray, n_actors, cpus, pinned_env(max(1, int(cpus))), int(ex["max_retries"]))
@@ -251,7 +311,12 @@ def play_on_ray(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg
             if trace_path is not None:
                 flush_traces()
         stats = _merge_stats(ray.get([a.finish.remote(setup_key) for a in actors]))
+        if slots is not None:
+            log.info("model servers (requests, peak in flight, limit): %s", ray.get(slots.stats.remote()))
     except BaseException:
         release_actors()  # actors may be mid-episode: start clean next time
         raise
+    finally:
+        if slots is not None:
+            _kill(ray, slots)
     return [results[i] for i in sorted(results)], stats

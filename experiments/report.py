@@ -12,7 +12,10 @@ for gold, env.parser / env.graph_kwargs for the cached graphs) and
 ``results.json``. Writes ``<out>/index.html`` (episode index with filters and
 sortable columns), ``<out>/episodes/*.html`` (per episode: reward components,
 pages with element boxes, step timeline, reader input, LLM decisions, two
-policies side by side), ``<out>/img/`` (downscaled JPEG renders) and
+policies side by side; conversations get a section per turn - question,
+answer, page recall, tokens, reward - and document sets show which document
+each page belongs to, with its own page number, and page recall per
+document), ``<out>/img/`` (downscaled JPEG renders) and
 ``<out>/results.json`` (counts, outcomes per policy, warnings).
 """
 from __future__ import annotations

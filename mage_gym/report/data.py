@@ -14,12 +14,24 @@ pages and applying the changes in order gives the state after each step; the
 result is checked against the ``end`` record's final states and any
 disagreement is reported (``replay_mismatch``) rather than hidden.
 
+Conversations (several questions in one episode, :mod:`mage_gym.env.turns`)
+add ``turn_end`` and ``turn_start`` records between the steps. A turn start
+replaces the state: the next question starts on the carried working subgraph
+(the record's ``working_set``: activated, and opened where they were opened
+before; pruning marks are lifted) plus its free entry pages. Each turn's end
+is checked against its ``turn_end`` final states like the episode's end. The
+per-turn view (question, answer, metrics) is built in
+:mod:`mage_gym.report.turns`; documents of a union graph (cross-document
+episodes) are mapped back to their own page numbers by :class:`DocView`.
+
 Outcome rules (documented in README's report section):
 - ``correct``: the reader's answer scored ``support >= 0.5`` (answering
   readers; ``support`` is ``mage_gym.scoring.score``); None for the oracle
   reader, which gives no answer;
 - ``covered``: every gold evidence item reached the reader
   (``metrics.evidence_all_covered``); None when gold is unknown.
+- a conversation is ``correct`` (``covered``) when every turn is, judged turn
+  by turn with the rules above; None when some turn is unknown.
 """
 from __future__ import annotations
 
@@ -30,7 +42,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Sequence
 from urllib.parse import quote
 
+from mage_gym.report.turns import document_rows, fill_last_turn_documents, run_outcome, turn_gold, turn_views
+
 if TYPE_CHECKING:  # pragma: no cover
+    from mage_gym.data.composite import CompositeEpisode
     from mage_gym.data.episode import Episode
     from mage_gym.graph.graph import EvidenceGraph
 
@@ -121,12 +136,28 @@ class StepView:
     reason: str | None
     budget_left: dict[str, int]
     changes: tuple[tuple[str, str], ...]  # (node id, new state)
+    turn: int = 0  # the conversation turn (question) the step belongs to
 
     def to_dict(self) -> dict[str, Any]:
         return {"index": self.index, "t": self.t, "round": self.round, "phase": self.phase, "op": self.op,
                 "node_id": self.node_id, "query": self.query, "ok": self.ok, "error": self.error,
                 "reason": self.reason, "budget_left": dict(self.budget_left),
-                "changes": [list(c) for c in self.changes]}
+                "changes": [list(c) for c in self.changes], "turn": self.turn}
+
+
+@dataclass(frozen=True)
+class TurnStart:
+    """A conversation's next question: the state it starts from replaces the replayed one."""
+
+    turn: int
+    question: str
+    after_step: int  # number of steps before it (it applies before step ``after_step``)
+    states: dict[str, str]  # every non-unvisited node right after the turn started
+    carried: bool  # the previous working subgraph carried over (False: the env ran with carry_over=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"turn": self.turn, "question": self.question, "after_step": self.after_step,
+                "states": dict(self.states), "carried": self.carried}
 
 
 @dataclass(frozen=True)
@@ -135,6 +166,24 @@ class Replay:
     steps: tuple[StepView, ...]
     final: dict[str, str]  # after the last step (unvisited nodes omitted)
     mismatch: tuple[str, ...]  # node ids whose replayed final state differs from the end record
+    turn_starts: tuple[TurnStart, ...] = ()
+    turn_mismatch: dict[int, tuple[str, ...]] = field(default_factory=dict)  # turn -> nodes differing at turn_end
+
+
+def _diff(recorded: Mapping[str, Any], replayed: Mapping[str, str]) -> tuple[str, ...]:
+    rec = {str(k): str(v) for k, v in recorded.items()}
+    return tuple(sorted(n for n in set(rec) | set(replayed) if rec.get(n) != replayed.get(n)))
+
+
+def _turn_start(record: Mapping[str, Any], state: Mapping[str, str], turn: int, after_step: int) -> TurnStart:
+    """The state a new question starts from: the carried working set (opened kept) and its entry pages."""
+    working = [str(n) for n in record.get("working_set") or []]
+    held = {n: s for n, s in state.items() if s in ("activated", "opened")}
+    carried = set(held) <= set(working)
+    new = {n: "activated" for n in working}
+    if carried:
+        new.update({n: "opened" for n in working if held.get(n) == "opened"})
+    return TurnStart(turn, str(record.get("question") or ""), after_step, new, carried)
 
 
 def replay_states(trace: TraceEpisode) -> Replay:
@@ -142,8 +191,22 @@ def replay_states(trace: TraceEpisode) -> Replay:
     state: dict[str, str] = {str(p): "activated" for p in trace.reset.get("entry_pages", [])}
     initial = dict(state)
     steps: list[StepView] = []
+    turn = 0
+    turn_starts: list[TurnStart] = []
+    turn_mismatch: dict[int, tuple[str, ...]] = {}
     for r in trace.records[1:]:
-        if r.get("kind") != "step":
+        kind = r.get("kind")
+        if kind == "turn_end":
+            if "final_states" in r:
+                turn_mismatch[int(r.get("turn", turn))] = _diff(r["final_states"], state)
+            continue
+        if kind == "turn_start":
+            turn = int(r.get("turn", turn + 1))
+            ts = _turn_start(r, state, turn, len(steps))
+            turn_starts.append(ts)
+            state = dict(ts.states)
+            continue
+        if kind != "step":
             continue
         op = str(r.get("op"))
         ok = bool(r.get("ok"))
@@ -159,21 +222,36 @@ def replay_states(trace: TraceEpisode) -> Replay:
             phase=str(r.get("phase") or "policy"), op=op, node_id=r.get("node_id"), query=r.get("query"),
             ok=ok, error=r.get("error"), reason=r.get("reason"),
             budget_left={str(k): int(v) for k, v in (r.get("budget_left") or {}).items()}, changes=changes,
+            turn=turn,
         ))
     final = {n: s for n, s in state.items() if s != "unvisited"}
     mismatch: tuple[str, ...] = ()
     end = trace.end
     if end is not None and "final_states" in end:
-        recorded = {str(k): str(v) for k, v in end["final_states"].items()}
-        mismatch = tuple(sorted(n for n in set(recorded) | set(final) if recorded.get(n) != final.get(n)))
-    return Replay(initial, tuple(steps), final, mismatch)
+        mismatch = _diff(end["final_states"], final)
+    return Replay(initial, tuple(steps), final, mismatch, tuple(turn_starts), turn_mismatch)
 
 
 def states_at(replay: Replay, step: int) -> dict[str, str]:
-    """Node states after step ``step`` (-1: right after reset). The browser does the same walk."""
+    """Node states after step ``step`` (-1: right after reset; ``len(steps)``: the end). The browser does the same walk.
+
+    A turn start placed before step ``i`` replaces the state just before step
+    ``i`` is applied, so the step that ended a turn shows what that turn's
+    reader saw; the end shows every turn start (a trace cut right after one).
+    """
     state = dict(replay.initial)
+    n = len(replay.steps)
+    starts: dict[int, list[TurnStart]] = {}
+    for ts in replay.turn_starts:
+        starts.setdefault(ts.after_step, []).append(ts)
     for s in replay.steps[: step + 1]:
+        for ts in starts.get(s.index, []):
+            state = dict(ts.states)
         state.update(dict(s.changes))
+    if step >= n:
+        for ts in replay.turn_starts:
+            if ts.after_step >= n:
+                state = dict(ts.states)
     return state
 
 
@@ -236,6 +314,7 @@ class RunView:
     stop_reason: str | None
     complete: bool
     touched_pages: set[int] = field(default_factory=set)
+    turns: list[dict[str, Any]] = field(default_factory=list)  # conversations: mage_gym.report.turns.turn_views
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -248,6 +327,7 @@ class RunView:
             "reader_output": self.reader_output, "components": self.components, "metrics": self.metrics,
             "answer": self.answer, "correct": self.correct, "covered": self.covered,
             "stop_reason": self.stop_reason, "complete": self.complete,
+            "turns": self.turns, "turn_starts": [t.to_dict() for t in self.replay.turn_starts],
         }
 
 
@@ -271,6 +351,9 @@ class EpisodeView:
     gold_pages: list[int]
     runs: dict[str, RunView]
     touched_pages: list[int]
+    kind: str = "single"  # mage_gym.data.composite.KINDS
+    turns: list[dict[str, Any]] = field(default_factory=list)  # per question: gold answer, evidence, gold nodes
+    documents: list[dict[str, Any]] = field(default_factory=list)  # a union's members: pages, gold pages
 
     def meta(self) -> dict[str, Any]:
         return {
@@ -280,12 +363,35 @@ class EpisodeView:
             "evidence_pages": self.evidence_pages, "evidence_sources": self.evidence_sources,
             "page_scope": self.page_scope, "gold_nodes": self.gold_nodes, "gold_pages": self.gold_pages,
             "touched_pages": self.touched_pages, "policies": list(self.runs),
+            "kind": self.kind, "turns": self.turns, "documents": self.documents,
         }
+
+
+@dataclass(frozen=True)
+class DocSpan:
+    """One member document of a union graph: its pages are union pages ``page_offset .. + n_pages - 1``."""
+
+    doc_id: str
+    page_offset: int
+    n_pages: int
+    source_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"doc_id": self.doc_id, "page_offset": self.page_offset, "n_pages": self.n_pages}
+
+
+_ID_PAGE = re.compile(r"^(.*):p(\d+)(?::|$)")
 
 
 @dataclass
 class DocView:
-    """A document as the report needs it: page sizes, and elements of the pages it shows."""
+    """A document as the report needs it: page sizes, and elements of the pages it shows.
+
+    A cross-document episode's document is the union of its members
+    (``spans``, in the union's order): page numbers here are union pages, and
+    :meth:`locate` / :meth:`page_label` give each page's own document and
+    page number (what node ids say: ``DOC:p3``).
+    """
 
     doc_key: str
     doc_id: str
@@ -294,18 +400,55 @@ class DocView:
     graph: "EvidenceGraph | None" = None  # for elements and pixels; not serialised
     source_path: str | None = None
     id_prefix: str | None = None  # page node ids are f"{id_prefix}:p{n}" when there is no graph
+    spans: tuple[DocSpan, ...] = ()  # member documents of a union (empty for one document)
+
+    def locate(self, page: int) -> tuple[str | None, int]:
+        """(member doc id, its own page number) of a page; (None, page) for one document."""
+        for sp in self.spans:
+            if sp.page_offset <= page < sp.page_offset + sp.n_pages:
+                return sp.doc_id, page - sp.page_offset
+        return None, page
+
+    def page_label(self, page: int) -> str:
+        """How people read a page: ``p3``, or ``DOC p3`` (its own page number) in a union."""
+        doc, local = self.locate(page)
+        return f"p{local}" if doc is None else f"{doc} p{local}"
 
     def page_node_id(self, page: int) -> str:
         if self.graph is not None:
             return self.graph.pages[page].node_id
-        return f"{self.id_prefix or self.doc_id}:p{page}"
+        doc, local = self.locate(page)
+        return f"{doc}:p{local}" if doc is not None else f"{self.id_prefix or self.doc_id}:p{page}"
+
+    def union_page(self, doc_id: str, local: int) -> int | None:
+        """The page (of this view) of a member's own page ``local``; None when unknown or out of range."""
+        if not self.spans:
+            return int(local) if doc_id == self.doc_id and 0 <= int(local) < self.n_pages else None
+        for sp in self.spans:
+            if sp.doc_id == doc_id:
+                return sp.page_offset + int(local) if 0 <= int(local) < sp.n_pages else None
+        return None
+
+    def page_of(self, node_id: str) -> int | None:
+        """The page (of this view) a node id lies on."""
+        if self.graph is not None:
+            i = self.graph.index_of.get(node_id)
+            if i is not None:
+                return int(self.graph.node_page[i])
+        m = _ID_PAGE.match(node_id)
+        if m is None:
+            return None
+        if self.spans:
+            return self.union_page(m.group(1), int(m.group(2)))
+        return int(m.group(2))
 
     @property
     def has_pixels(self) -> bool:
         """Toy and synthetic graphs (``<toy>`` sources) and missing files have no pixels."""
-        if self.graph is None or not self.source_path or self.source_path.startswith("<"):
+        if self.graph is None:
             return False
-        return Path(self.source_path).exists()
+        paths = [sp.source_path for sp in self.spans] if self.spans else [self.source_path]
+        return all(p and not p.startswith("<") and Path(p).exists() for p in paths)
 
     def elements_on(self, pages: Iterable[int]) -> dict[int, list[dict[str, Any]]]:
         out: dict[int, list[dict[str, Any]]] = {}
@@ -349,6 +492,7 @@ class ReportData:
                     "correct": run.correct, "covered": run.covered, "stop_reason": run.stop_reason,
                     "complete": run.complete, "replay_ok": not run.replay.mismatch,
                     "href": f"episodes/{ep.slug}.html#run={quote(pol, safe='')}",
+                    "kind": ep.kind, "n_turns": max(1, len(ep.turns)), "n_documents": max(1, len(ep.documents)),
                 }
                 for k in NUMERIC_COLUMNS:
                     row[k] = _num(c.get(k, m.get(k)))
@@ -360,11 +504,16 @@ class ReportData:
 
 # --- building ------------------------------------------------------------------------------
 
-EpisodeLookup = Callable[[str], "Episode | None"]
-GraphLookup = Callable[["Episode | None", str], "EvidenceGraph | None"]
+EpisodeLookup = Callable[[str], "Episode | CompositeEpisode | None"]
+#: (episode, doc id) -> the graph, or for a composite episode its documents' graphs in ``documents`` order
+#: (the report joins them with :func:`mage_gym.graph.union.union_graph`, as the environment does).
+GraphLookup = Callable[["Episode | CompositeEpisode | None", str],
+                       "EvidenceGraph | Sequence[EvidenceGraph] | None"]
 
 
-def _run_view(trace: TraceEpisode, graph: "EvidenceGraph | None") -> RunView:
+def _run_view(trace: TraceEpisode, graph: "EvidenceGraph | None",
+              page_of: Callable[[str], int | None] | None = None) -> RunView:
+    page_of = page_of or (lambda nid: _page_of(nid, graph))
     replay = replay_states(trace)
     rounds = [{"round": r.get("round"), "decision": r.get("decision"), "raw": r.get("raw"),
                "candidates": r.get("candidates", []), "after_step": _steps_before(trace, r)}
@@ -379,27 +528,28 @@ def _run_view(trace: TraceEpisode, graph: "EvidenceGraph | None") -> RunView:
     support = _num(components.get("support"))
     correct = None if answer is None or support is None else support >= CORRECT_THRESHOLD
     cov = metrics.get("evidence_all_covered")
+    covered = None if cov is None else bool(cov)
+    turns = turn_views(trace, replay, CORRECT_THRESHOLD)
+    if turns:  # a conversation: the end record's numbers are averages over turns, so judge turn by turn
+        correct, covered = run_outcome(turns, "correct"), run_outcome(turns, "covered")
     touched: set[int] = set()
-    for nid in list(replay.initial) + list(replay.final):
-        p = _page_of(nid, graph)
+    ids = list(replay.initial) + list(replay.final) + [n for ts in replay.turn_starts for n in ts.states]
+    ids += [n for s in replay.steps for n in [s.node_id] + [c[0] for c in s.changes] if n]
+    for nid in ids:
+        p = page_of(nid)
         if p is not None:
             touched.add(p)
-    for s in replay.steps:
-        for nid in [s.node_id] + [c[0] for c in s.changes]:
-            if nid:
-                p = _page_of(nid, graph)
-                if p is not None:
-                    touched.add(p)
     rendered = end.get("rendered")
-    if rendered:
-        for im in rendered.get("images", []):
-            touched.add(int(im["page"]))
+    for r in trace.records:
+        if r.get("kind") in ("turn_end", "end") and r.get("rendered"):
+            for im in r["rendered"].get("images", []):
+                touched.add(int(im["page"]))
     return RunView(
         policy=trace.policy, trace=trace, replay=replay, rounds=rounds, round_ends=round_ends,
         reader_input=dict(rendered) if rendered else None, reader_output=dict(out) if out else None,
         components=components, metrics=metrics, answer=answer, correct=correct,
-        covered=None if cov is None else bool(cov), stop_reason=end.get("stop_reason"),
-        complete=trace.end is not None, touched_pages=touched,
+        covered=covered, stop_reason=end.get("stop_reason"),
+        complete=trace.end is not None, touched_pages=touched, turns=turns,
     )
 
 
@@ -434,12 +584,24 @@ def _evidence_types(episode: "Episode") -> list[str]:
     return list(dict.fromkeys(str(x) for x in labels))
 
 
-def _doc_view(doc_key: str, doc_id: str, graph: "EvidenceGraph | None", traces: Sequence[TraceEpisode]) -> DocView:
+def _doc_view(doc_key: str, doc_id: str, graph: "EvidenceGraph | None", traces: Sequence[TraceEpisode],
+              member_ids: Sequence[str] = ()) -> DocView:
     if graph is not None:
         sizes = [(float(p.width), float(p.height)) for p in graph.pages]
-        return DocView(doc_key, doc_id, graph.n_pages, sizes, graph, str(graph.source.path))
+        members = getattr(graph, "documents", ()) or ()
+        spans = tuple(DocSpan(d.doc_id, d.page_offset, d.n_pages, str(d.source.path)) for d in members) \
+            if len(members) > 1 else ()
+        return DocView(doc_key, doc_id, graph.n_pages, sizes, graph, str(graph.source.path), spans=spans)
     # no graph: guess the page count and the id prefix from the node ids the traces mention
     ids = [nid for t in traces for r in t.records for nid in _ids_in(r)]
+    if len(member_ids) > 1:  # several documents: each one's pages from its own ids, in the episode's order
+        spans, off = [], 0
+        for d in member_ids:
+            local = [int(m.group(2)) for nid in ids if (m := _ID_PAGE.match(nid)) and m.group(1) == d]
+            n = max(local) + 1 if local else 1
+            spans.append(DocSpan(d, off, n))
+            off += n
+        return DocView(doc_key, doc_id, off, [(612.0, 792.0)] * off, None, None, None, tuple(spans))
     pages = {p for nid in ids if (p := _page_of(nid, None)) is not None}
     prefix = next((m.group(1) for nid in ids if (m := re.match(r"^(.*):p\d+$", nid))), None)
     n = max(pages) + 1 if pages else 1
@@ -448,22 +610,64 @@ def _doc_view(doc_key: str, doc_id: str, graph: "EvidenceGraph | None", traces: 
 
 def _ids_in(record: Mapping[str, Any]) -> list[str]:
     ids = list(record.get("entry_pages") or []) + list(record.get("changed") or [])
+    ids += list(record.get("working_set") or [])
     if record.get("node_id"):
         ids.append(record["node_id"])
     ids += list((record.get("final_states") or {}).keys())
     return [str(i) for i in ids]
 
 
-def build_report_data(traces: Iterable[TraceEpisode], episode_for: EpisodeLookup | Mapping[str, "Episode"] | None = None,
+def _is_composite(episode: Any) -> bool:
+    from mage_gym.data.composite import CompositeEpisode
+
+    return isinstance(episode, CompositeEpisode)
+
+
+def _as_graph(found: Any) -> tuple["EvidenceGraph | None", list["EvidenceGraph"] | None]:
+    """A lookup's answer -> (the episode's graph, its member graphs or None).
+
+    Several graphs are joined with :func:`mage_gym.graph.union.union_graph`
+    (in-memory and on-disk cached, so a union the run built is reused); one
+    graph of a composite episode is used as it is, as the environment does.
+    """
+    if found is None:
+        return None, None
+    if isinstance(found, (list, tuple)):
+        members = list(found)
+        if any(g is None for g in members) or not members:
+            return None, None
+        if len(members) == 1:
+            return members[0], members
+        from mage_gym.graph.union import union_graph
+
+        return union_graph(members), members
+    return found, None
+
+
+def _mapping_graphs(g_map: Mapping[str, Any]) -> GraphLookup:
+    """doc id -> graph mapping as a lookup; a composite episode takes its documents' graphs from it."""
+
+    def lookup(ep: Any, doc: str) -> Any:
+        if _is_composite(ep) and all(d in g_map for d in ep.doc_ids):
+            return [g_map[d] for d in ep.doc_ids]
+        return g_map.get(doc)
+
+    return lookup
+
+
+def build_report_data(traces: Iterable[TraceEpisode],
+                      episode_for: EpisodeLookup | Mapping[str, "Episode | CompositeEpisode"] | None = None,
                       graph_for: GraphLookup | Mapping[str, "EvidenceGraph"] | None = None,
                       title: str = "mage-gym episode report", run_info: Mapping[str, Any] | None = None,
                       episode_meta: Mapping[str, Mapping[str, Any]] | None = None) -> ReportData:
     """Group traces by episode and build everything the report shows.
 
     ``episode_for``: episode id -> :class:`~mage_gym.data.episode.Episode`
-    (gold answer, format, evidence); ``graph_for``: (episode, doc_id) ->
-    graph, or a mapping doc_id -> graph. Both may return None: the report then
-    shows what the trace alone says (blank pages, no gold outlines).
+    or :class:`~mage_gym.data.composite.CompositeEpisode` (gold answer,
+    format, evidence); ``graph_for``: (episode, doc_id) -> graph (for a
+    composite episode: its documents' graphs, which are joined into their
+    union), or a mapping doc_id -> graph. Both may return None: the report
+    then shows what the trace alone says (blank pages, no gold outlines).
     ``episode_meta``: per-episode fields from a run's results (e.g. gold answer)
     used when ``episode_for`` knows nothing. When a policy ran the same
     episode twice, the last run is kept (with a warning).
@@ -472,8 +676,7 @@ def build_report_data(traces: Iterable[TraceEpisode], episode_for: EpisodeLookup
         ep_map = episode_for
         episode_for = lambda eid: ep_map.get(eid)  # noqa: E731
     if isinstance(graph_for, Mapping):
-        g_map = graph_for
-        graph_for = lambda ep, doc: g_map.get(doc)  # noqa: E731
+        graph_for = _mapping_graphs(graph_for)
     warnings: list[str] = []
     by_episode: dict[str, dict[str, TraceEpisode]] = {}
     for t in traces:
@@ -482,54 +685,91 @@ def build_report_data(traces: Iterable[TraceEpisode], episode_for: EpisodeLookup
             warnings.append(f"policy {t.policy!r} ran episode {t.episode_id!r} more than once; the last run is shown")
         runs[t.policy] = t
     graphs: dict[str, Any] = {}
+    members_of: dict[str, list[Any] | None] = {}
     docs: dict[str, DocView] = {}
     episodes: list[EpisodeView] = []
     for eid, runs in by_episode.items():
         first = next(iter(runs.values()))
         episode = episode_for(eid) if episode_for else None
-        doc_id = episode.doc_id if episode is not None else first.doc_id
-        doc_src = str(episode.source) if episode is not None else ""
+        composite = _is_composite(episode)
+        if composite:  # the trace's doc id: the documents joined (the episode's doc_id is its split group)
+            doc_id = "+".join(episode.doc_ids)
+            doc_src = "|".join(episode.sources)
+            member_ids: list[str] = list(episode.doc_ids)
+        else:
+            doc_id = episode.doc_id if episode is not None else first.doc_id
+            doc_src = str(episode.source) if episode is not None else ""
+            member_ids = doc_id.split("+") if episode is None and "+" in doc_id else []
         doc_key = slug(f"{doc_id}|{doc_src}" if doc_src else doc_id)
         if doc_key not in graphs:
-            g = None
+            g, members = None, None
             if graph_for is not None:
                 try:
-                    g = graph_for(episode, doc_id)
+                    g, members = _as_graph(graph_for(episode, doc_id))
                 except Exception as exc:  # noqa: BLE001 - a missing graph must not stop the report
                     warnings.append(f"no graph for {doc_id!r}: {type(exc).__name__}: {exc}")
-            graphs[doc_key] = g
-        graph = graphs[doc_key]
+            graphs[doc_key], members_of[doc_key] = g, members
+        graph, members = graphs[doc_key], members_of[doc_key]
         if graph is not None:
             unknown = [n for t in runs.values() for r in t.records for n in _ids_in(r) if n not in graph.index_of]
             if unknown:
                 warnings.append(f"episode {eid!r}: {len(unknown)} node ids of the trace are not in the graph of "
                                 f"{doc_id!r} (built with other settings?); boxes are omitted")
-                graph = None
+                graph, members = None, None
         if doc_key not in docs or (docs[doc_key].graph is None and graph is not None):
-            docs[doc_key] = _doc_view(doc_key, doc_id, graph, list(runs.values()))
-        views = {pol: _run_view(t, graph) for pol, t in runs.items()}
+            docs[doc_key] = _doc_view(doc_key, doc_id, graph, list(runs.values()), member_ids)
+        doc = docs[doc_key]
+        views = {pol: _run_view(t, graph, doc.page_of) for pol, t in runs.items()}
         for pol, v in views.items():
             if v.replay.mismatch:
                 warnings.append(f"{pol} / {eid}: replayed final states differ from the end record on "
                                 f"{len(v.replay.mismatch)} nodes (e.g. {v.replay.mismatch[0]})")
-        gold_nodes, gold_pages = _gold(episode, graph)
+            for turn, diff in sorted(v.replay.turn_mismatch.items()):
+                if diff:
+                    warnings.append(f"{pol} / {eid}: replayed states at the end of turn {turn} differ from its "
+                                    f"turn_end record on {len(diff)} nodes (e.g. {diff[0]})")
         meta = dict((episode_meta or {}).get(eid, {}))
-        ev_pages = sorted({int(p) for p in episode.evidence_pages}) if episode else list(meta.get("evidence_pages", []))
+        turns_meta: list[dict[str, Any]] = []
+        if composite:
+            turns_meta = turn_gold(episode, members, graph, doc)
+            if len(turns_meta) > 1:
+                for v in views.values():
+                    fill_last_turn_documents(v.turns, turns_meta, doc, v.metrics)
+            gold_nodes = sorted({n for t in turns_meta for n in t["gold_nodes"]})
+            gold_pages = sorted({p for t in turns_meta for p in t["gold_pages"]})
+            ev_pages = sorted({p for t in turns_meta for p in t["evidence_pages"]})
+        else:
+            gold_nodes, gold_pages = _gold(episode, graph)
+            ev_pages = sorted({int(p) for p in episode.evidence_pages}) if episode \
+                else list(meta.get("evidence_pages", []))
+            run_turns = next((v.turns for v in views.values() if v.turns), [])
+            if episode is None and run_turns:  # a conversation we have no gold for: its questions from the trace
+                turns_meta = [{"turn": t["turn"], "question": t["question"], "gold_answer": None} for t in run_turns]
         touched = set(gold_pages)
         for v in views.values():
             touched |= v.touched_pages
-        touched = {p for p in touched if 0 <= p < docs[doc_key].n_pages}
+        touched = {p for p in touched if 0 <= p < doc.n_pages}
+        kind = episode.kind if composite else ("single" if not (turns_meta or doc.spans) else
+                                               ("cross_document_conversation" if turns_meta and doc.spans else
+                                                "conversation" if turns_meta else "cross_document"))
+        if composite:
+            gold_answer: str | None = " | ".join(t.answer for t in episode.turns)
+            formats = list(dict.fromkeys(t.answer_format for t in episode.turns))
+            answer_format: str | None = formats[0] if len(formats) == 1 else "/".join(formats)
+        else:
+            gold_answer = episode.answer if episode else meta.get("gold_answer")
+            answer_format = episode.answer_format if episode else meta.get("answer_format")
         episodes.append(EpisodeView(
             episode_id=eid, slug=slug(eid), doc_key=doc_key, doc_id=doc_id,
             question=episode.question if episode else str(first.reset.get("question", meta.get("question", ""))),
             benchmark=episode.benchmark if episode else meta.get("benchmark"),
-            gold_answer=episode.answer if episode else meta.get("gold_answer"),
-            answer_format=episode.answer_format if episode else meta.get("answer_format"),
+            gold_answer=gold_answer, answer_format=answer_format,
             answerable=episode.answerable if episode else meta.get("answerable"),
             evidence_pages=ev_pages,
             evidence_sources=_evidence_types(episode) if episode else list(meta.get("evidence_sources", [])),
             page_scope=page_scope(ev_pages),
             gold_nodes=gold_nodes, gold_pages=gold_pages, runs=views, touched_pages=sorted(touched),
+            kind=kind, turns=turns_meta if len(turns_meta) > 1 else [], documents=document_rows(doc, turns_meta),
         ))
     return ReportData(episodes, docs, title, dict(run_info or {}), warnings)
 

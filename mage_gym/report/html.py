@@ -74,22 +74,32 @@ def _episode_payload(data: ReportData, ep: EpisodeView, images: ImageWriter) -> 
         w, h = doc.page_sizes[p] if p < len(doc.page_sizes) else (612.0, 792.0)
         src = images.page(doc, p) if p in touched else None
         thumb = images.page(doc, p, thumb=True) if images.options.other_pages else None
-        pages.append({"id": doc.page_node_id(p), "w": round(w, 1), "h": round(h, 1), "src": src and "../" + src,
-                      "thumb": thumb and "../" + thumb})
+        page = {"id": doc.page_node_id(p), "w": round(w, 1), "h": round(h, 1), "src": src and "../" + src,
+                "thumb": thumb and "../" + thumb}
+        if doc.spans:  # a union of documents: the page's own document and number
+            member, local = doc.locate(p)
+            page.update(doc=member, local=local, label=doc.page_label(p))
+        pages.append(page)
+
+    def with_images(ri: Mapping[str, Any] | None) -> dict[str, Any] | None:
+        if not ri:
+            return None
+        ri = dict(ri)
+        ri["images"] = [dict(im, src=(s and "../" + s)) for im in ri.get("images", [])
+                        for s in [images.reader_image(doc, im)]]
+        return ri
+
     runs = {}
     for pol, run in ep.runs.items():
         d = run.to_dict()
-        ri = d.get("reader_input")
-        if ri:
-            ri = dict(ri)
-            ri["images"] = [dict(im, src=(s and "../" + s)) for im in ri.get("images", [])
-                            for s in [images.reader_image(doc, im)]]
-            d["reader_input"] = ri
+        d["reader_input"] = with_images(d.get("reader_input"))
+        d["turns"] = [dict(t, reader_input=with_images(t.get("reader_input"))) for t in d.get("turns", [])]
         runs[pol] = d
     return {
         "title": data.title, "meta": ep.meta(), "runs": runs,
         "doc": {"doc_id": doc.doc_id, "n_pages": doc.n_pages, "has_pixels": doc.has_pixels, "pages": pages,
-                "elements": {str(p): els for p, els in doc.elements_on(touched).items()}},
+                "elements": {str(p): els for p, els in doc.elements_on(touched).items()},
+                "documents": [sp.to_dict() for sp in doc.spans]},
     }
 
 

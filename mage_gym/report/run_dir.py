@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any, Callable, Mapping
 from mage_gym.report.data import ReportData, TraceEpisode, build_report_data, read_trace_file
 
 if TYPE_CHECKING:  # pragma: no cover
+    from mage_gym.data.composite import AnyEpisode, CompositeEpisode
     from mage_gym.data.episode import Episode
     from mage_gym.graph.graph import EvidenceGraph
 
@@ -117,8 +118,10 @@ def read_traces(rd: RunDir) -> list[TraceEpisode]:
             else t for t in traces]
 
 
-def episode_lookup(dataset: Mapping[str, Any] | None, warnings: list[str]) -> Callable[[str], "Episode | None"]:
-    """episode id -> Episode from the run's dataset (all splits), loaded once."""
+def episode_lookup(dataset: Mapping[str, Any] | None, warnings: list[str]
+                   ) -> Callable[[str], "Episode | CompositeEpisode | None"]:
+    """episode id -> Episode (or CompositeEpisode, for conversations and document sets) from the run's
+    dataset (all splits), loaded once."""
     if not dataset or not dataset.get("name"):
         warnings.append("the run's dataset is unknown (no .hydra/config.yaml; pass dataset.name=...): "
                         "no gold answers or gold evidence in the report")
@@ -135,8 +138,13 @@ def episode_lookup(dataset: Mapping[str, Any] | None, warnings: list[str]) -> Ca
 
 
 def graph_lookup(parser: str, graph_kwargs: Mapping[str, Any] | None, build_missing: bool = True
-                 ) -> Callable[["Episode | None", str], "EvidenceGraph | None"]:
-    """(episode, doc_id) -> the cached graph the run used (built when missing and allowed)."""
+                 ) -> Callable[["AnyEpisode | None", str], "EvidenceGraph | list[EvidenceGraph] | None"]:
+    """(episode, doc_id) -> the cached graph the run used (built when missing and allowed).
+
+    A composite episode gets its documents' graphs, in its ``documents``
+    order; :func:`mage_gym.report.data.build_report_data` joins them into the
+    union the environment played on.
+    """
     from mage_gym.graph.build import build_graph, load_graph
     from mage_gym.graph.store import GraphNotBuiltError
 
@@ -144,10 +152,7 @@ def graph_lookup(parser: str, graph_kwargs: Mapping[str, Any] | None, build_miss
     load_kw = {k: v for k, v in kw.items() if k in inspect.signature(load_graph).parameters}
     memo: dict[str, Any] = {}
 
-    def lookup(episode: "Episode | None", doc_id: str) -> "EvidenceGraph | None":
-        if episode is None:
-            return None
-        src = str(episode.source)
+    def one(src: str) -> "EvidenceGraph":
         if src not in memo:
             try:
                 memo[src] = load_graph(src, parser=parser, **load_kw)
@@ -156,6 +161,15 @@ def graph_lookup(parser: str, graph_kwargs: Mapping[str, Any] | None, build_miss
                     raise
                 memo[src] = build_graph(src, parser=parser, **kw)
         return memo[src]
+
+    def lookup(episode: "AnyEpisode | None", doc_id: str) -> "EvidenceGraph | list[EvidenceGraph] | None":
+        if episode is None:
+            return None
+        from mage_gym.data.composite import CompositeEpisode
+
+        if isinstance(episode, CompositeEpisode):
+            return [one(str(s)) for s in episode.sources]
+        return one(str(episode.source))
 
     return lookup
 

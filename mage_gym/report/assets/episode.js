@@ -2,6 +2,9 @@
  *
  * The state shown for a timeline entry is recomputed here from the trace: the reset state (entry pages)
  * plus the node-state changes of every step up to the selected one (mage_gym/report/data.py writes them).
+ * In a conversation each later question starts from its recorded state (the carried working subgraph and
+ * its entry pages: run.turn_starts), which replaces the state before the turn's first step. Pages of a
+ * union of documents are labelled with their own document and page number (doc.pages[i].label).
  */
 (function () {
   "use strict";
@@ -15,6 +18,8 @@
     doc.elements[p].forEach(function (e) { e.page = +p; elements[e.id] = e; });
   });
   var pageIndex = {}; doc.pages.forEach(function (pg, i) { pageIndex[pg.id] = i; });
+  var docs = doc.documents || [], turnsMeta = meta.turns || [];
+  function pageLabel(p) { var pg = doc.pages[p]; return pg && pg.label ? pg.label : "p" + p; }
 
   function el(tag, attrs, children) {
     var e = document.createElement(tag);
@@ -37,8 +42,9 @@
     if (v === null || v === undefined) return el("span", { class: "badge na", text: yes + ": n/a" });
     return el("span", { class: "badge " + (v ? "ok" : "bad"), text: v ? yes : no });
   }
-  function shortId(id) {
+  function shortId(id) {  // the document prefix stays when several documents share the page numbers
     if (!id) return "";
+    if ((D.doc.documents || []).length > 1) return id;
     var m = /:(p\d+(?::e\d+)?)$/.exec(id);
     return m ? m[1] : id;
   }
@@ -68,11 +74,32 @@
   head.appendChild(facts([
     ["gold answer", el("b", { text: fmt(meta.gold_answer) })], ["format", meta.answer_format],
     ["evidence", (meta.evidence_sources || []).join(", ") || "–"],
-    ["evidence pages", (meta.evidence_pages || []).length ? meta.evidence_pages.map(function (p) { return "p" + p; }).join(", ") + " (" + meta.page_scope + ")" : "none"],
+    ["evidence pages", (meta.evidence_pages || []).length ? meta.evidence_pages.map(pageLabel).join(", ") + " (" + meta.page_scope + ")" : "none"],
     ["gold nodes", (meta.gold_nodes || []).map(shortId).join(", ") || "–"],
-    ["document", doc.doc_id + " · " + doc.n_pages + " pages" + (doc.has_pixels ? "" : " · no page images (synthetic)")],
-    ["benchmark", meta.benchmark]
+    ["document", docs.length > 1 ? docs.length + " documents · " + doc.n_pages + " pages" + (doc.has_pixels ? "" : " · no page images (synthetic)")
+      : doc.doc_id + " · " + doc.n_pages + " pages" + (doc.has_pixels ? "" : " · no page images (synthetic)")],
+    ["benchmark", meta.benchmark],
+    meta.kind && meta.kind !== "single" ? ["episode", meta.kind.replace(/_/g, " ") + (turnsMeta.length ? " · " + turnsMeta.length + " turns" : "")] : null
   ]));
+  if (docs.length > 1) {  // which pages belong to which document (node ids and labels use each document's own numbers)
+    var dt = el("table", { class: "summary documents" }, [el("tr", {}, [el("th", { text: "document" }), el("th", { text: "pages here" }),
+      el("th", { text: "own pages" }), el("th", { text: "gold pages (own numbers)" })])]);
+    (meta.documents && meta.documents.length ? meta.documents : docs).forEach(function (d) {
+      dt.appendChild(el("tr", { "data-doc": d.doc_id }, [el("td", { text: d.doc_id }),
+        el("td", { text: d.page_offset + "–" + (d.page_offset + d.n_pages - 1) }), el("td", { text: "p0–p" + (d.n_pages - 1) }),
+        el("td", { text: (d.gold_pages || []).map(function (p) { return "p" + p; }).join(", ") || "–" })]));
+    });
+    head.appendChild(dt);
+  }
+  if (turnsMeta.length) {  // the conversation's questions with their gold
+    var ol = el("ol", { class: "turn-questions", start: "0" });
+    turnsMeta.forEach(function (t) {
+      ol.appendChild(el("li", { "data-turn": String(t.turn) }, [el("span", { text: t.question + " " }),
+        el("span", { class: "muted", text: "gold: " }), el("b", { text: fmt(t.gold_answer) }),
+        (t.evidence_labels || []).length ? el("span", { class: "muted", text: " · evidence " + t.evidence_labels.join(", ") }) : null]));
+    });
+    head.appendChild(ol);
+  }
   app.appendChild(head);
 
   var tabs = el("div", { class: "tabs", id: "tabs" });
@@ -115,6 +142,58 @@
     (r.compare || [r.run]).forEach(function (p) { panes.appendChild(buildPane(p, !!r.compare)); });
   }
 
+  // --- reader input, per-document recall, turns ------------------------------------------------------
+  function readerBlock(ri, ro, title, open) {
+    var rd = el("details", { class: "reader", open: open ? "open" : null }, [el("summary", { text: title })]);
+    if (ri) {
+      rd.appendChild(el("div", { class: "muted", text: "mode " + ri.mode + " · " + fmt(ri.text_tokens) + " text tokens + " + fmt(ri.image_tokens) + " image tokens · " + (ri.images || []).length + " images" }));
+      var imgs = el("div", { class: "reader-images" });
+      (ri.images || []).forEach(function (im) {
+        imgs.appendChild(el("figure", {}, [im.src ? el("img", { src: im.src, loading: "lazy", decoding: "async", alt: im.node_id })
+          : el("div", { class: "blank", style: "width:120px;aspect-ratio:" + im.width + "/" + im.height + ";position:relative" }),
+          el("figcaption", { text: im.kind + " " + im.node_id + " · sent at " + im.width + "×" + im.height + " px" })]));
+      });
+      rd.appendChild(imgs);
+      rd.appendChild(el("pre", { class: "xml", text: ri.xml }));
+    } else rd.appendChild(el("div", { class: "muted", text: "no reader input recorded" }));
+    if (ro) rd.appendChild(kv([["reader answer", ro.answer], ["raw output", ro.raw || "–"], ["cached", ro.cached], ["error", ro.error]]));
+    return rd;
+  }
+  function docRecall(rec, label) {
+    return facts([[label, el("span", {}, Object.keys(rec).map(function (d) {
+      return el("span", { class: "doc-recall", "data-doc": d, text: d + " " + fmt(rec[d]) + "  " });
+    }))]], "per-document");
+  }
+  function turnTable(run, compact) {
+    var box = el("div", { class: "turns" });
+    var t = el("table", { class: "summary turns-table" }, [el("tr", {}, ["turn", "question", "answer", "gold", "correct", "covered",
+      "page recall", "tokens", "reward", "support", "stop"].map(function (h) { return el("th", { text: h }); }))]);
+    run.turns.forEach(function (tr) {
+      var g = turnsMeta[tr.turn] || {};
+      t.appendChild(el("tr", { "data-turn": String(tr.turn) }, [el("td", { class: "num", text: String(tr.turn) }), el("td", { text: tr.question }),
+        el("td", {}, [tr.answer === null || tr.answer === undefined ? el("span", { class: "muted", text: "–" }) : el("b", { text: tr.answer })]),
+        el("td", { text: fmt(g.gold_answer) }), el("td", {}, [badge(tr.correct, "correct", "wrong")]), el("td", {}, [badge(tr.covered, "covered", "missed")]),
+        el("td", { class: "num", text: fmt(tr.evidence_page_recall) }), el("td", { class: "num", text: fmt(tr.tokens_rendered, 0) }),
+        el("td", { class: "num", text: fmt(tr.reward) }), el("td", { class: "num", text: fmt(tr.support) }), el("td", { text: fmt(tr.stop_reason) })]));
+    });
+    box.appendChild(t);
+    run.turns.forEach(function (tr) {
+      var g = turnsMeta[tr.turn] || {};
+      var d = el("details", { class: "turn card", "data-turn": String(tr.turn) }, [el("summary", { text: "Turn " + tr.turn + ": " + tr.question })]);
+      d.appendChild(facts([["answer", el("b", { text: fmt(tr.answer) })], ["gold", g.gold_answer],
+        ["evidence", (g.evidence_labels || []).join(", ") || "–"], ["steps", (tr.end_step - tr.first_step)],
+        ["working set at start", (tr.working_set || []).length + " nodes"]], "answer"));
+      d.appendChild(facts([["reward", el("b", { text: fmt(tr.reward) })], ["support", tr.support], ["noise", (tr.components || {}).noise],
+        ["cost", (tr.components || {}).cost], ["page recall", tr.evidence_page_recall], ["tokens", fmt(tr.tokens_rendered, 0)]], "components"));
+      if (tr.per_document_recall) d.appendChild(docRecall(tr.per_document_recall, "page recall by document"));
+      if ((tr.derived || []).length) d.appendChild(el("div", { class: "muted", text: "recovered from the episode's totals and means (the last turn has no record of its own): " + tr.derived.join(", ") }));
+      if ((tr.replay_mismatch || []).length) d.appendChild(el("div", { class: "warn", text: "Replayed states at this turn's end differ on " + tr.replay_mismatch.length + " nodes" }));
+      d.appendChild(readerBlock(tr.reader_input, tr.reader_output, "Reader input (exact) and output", false));
+      box.appendChild(d);
+    });
+    return box;
+  }
+
   // --- one run -----------------------------------------------------------------------------------
   function buildPane(pol, compact) {
     var run = runs[pol];
@@ -143,6 +222,8 @@
       ["budget", run.budget ? Object.keys(run.budget).map(function (k) { return k + "=" + run.budget[k]; }).join(" ") : "–"],
       ["retriever", run.retriever], ["render", run.render_mode]
     ], "metrics"));
+    if (m.per_document_recall) pane.appendChild(docRecall(m.per_document_recall, (run.turns || []).length ? "page recall by document (mean over turns)" : "page recall by document"));
+    if ((run.turns || []).length) pane.appendChild(turnTable(run, compact));
     if (!run.complete) pane.appendChild(el("div", { class: "warn", text: "This trace has no end record (the run stopped early); states are replayed from its steps." }));
     if ((run.replay_mismatch || []).length) pane.appendChild(el("div", { class: "warn replay-mismatch",
       text: "Replayed final states differ from the recorded ones on " + run.replay_mismatch.length + " nodes: " + run.replay_mismatch.slice(0, 6).join(", ") }));
@@ -170,14 +251,28 @@
       });
     }
     var entry = (run.entry_pages || []).map(shortId).join(", ");
-    tl.appendChild(el("li", { class: "mark", "data-step": "-1", text: "reset · entry pages " + (entry || "none") }));
+    var turns = run.turns || [], starts = run.turn_starts || [];
+    tl.appendChild(el("li", { class: "mark", "data-step": "-1", text: "reset · entry pages " + (entry || "none") + (turns.length ? " · turn 0: " + turns[0].question : "") }));
+    function addTurnMarks(i) {  // a turn that ended before step i, then the next question
+      turns.forEach(function (t, j) {
+        if (j < turns.length - 1 && t.end_step === i) tl.appendChild(el("li", { class: "turn-end", "data-turn": String(t.turn) },
+          [el("b", { text: "turn " + t.turn + " answered" }), " · " + fmt(t.stop_reason) + " · answer ", el("b", { text: fmt(t.answer) }),
+           " · reward " + fmt(t.reward) + " · page recall " + fmt(t.evidence_page_recall) + " · " + fmt(t.tokens_rendered) + " tokens"]));
+      });
+      starts.forEach(function (ts) {
+        if (ts.after_step === i) tl.appendChild(el("li", { class: "turn-start", "data-turn": String(ts.turn) },
+          [el("b", { text: "turn " + ts.turn + ": " }), ts.question,
+           el("div", { class: "budget", text: (ts.carried ? "carried" : "fresh") + " working set: " + Object.keys(ts.states).length + " nodes" })]));
+      });
+    }
     steps.forEach(function (s, i) {
+      addTurnMarks(i);
       addMarks(i);
       var target = s.op === "SearchEvidence" && s.query ? "“" + s.query + "”" : shortId(s.node_id);
       var et = s.node_id && elements[s.node_id] ? " (" + elements[s.node_id].type + ")" : "";
       var bl = s.budget_left || {};
       var li = el("li", { class: "step" + (s.ok ? "" : " refused") + (s.phase !== "policy" ? " phase-" + s.phase : ""), "data-step": String(i) }, [
-        el("span", { class: "muted", text: "t" + s.t + " r" + s.round + " " }), el("span", { class: "op", text: s.op }), " " + target + et + " ",
+        el("span", { class: "muted", text: (turns.length ? "T" + s.turn + " " : "") + "t" + s.t + " r" + s.round + " " }), el("span", { class: "op", text: s.op }), " " + target + et + " ",
         s.ok ? el("span", { class: "badge ok", text: s.changes.length ? "✓ " + s.changes.length + " changed" : "✓" })
              : el("span", { class: "badge bad", title: s.error || "", text: "✗ " + (s.error || "refused") }),
         s.phase !== "policy" ? el("span", { class: "badge", text: s.phase }) : null,
@@ -186,6 +281,7 @@
       ]);
       tl.appendChild(li);
     });
+    addTurnMarks(n);
     addMarks(n);
     tl.appendChild(el("li", { class: "mark", "data-step": String(n), text: "end · " + fmt(run.stop_reason) + " · final states" }));
     work.appendChild(tl);
@@ -209,7 +305,7 @@
         boxes[e.id] = box;
       });
       sheet.addEventListener("click", function () { fig.classList.toggle("zoom"); });
-      var cap = el("figcaption", {}, [el("span", { text: "p" + p + (goldPages[p] ? " · gold" : "") }), el("span", { class: "pstate muted" })]);
+      var cap = el("figcaption", {}, [el("span", { text: pageLabel(p) + (goldPages[p] ? " · gold" : "") }), el("span", { class: "pstate muted" })]);
       fig.appendChild(sheet); fig.appendChild(cap);
       pagesDiv.appendChild(fig);
       figures[p] = fig;
@@ -225,11 +321,11 @@
       if (!all.open || strip) return;
       strip = el("div", { class: "strip" });
       doc.pages.forEach(function (pg, p) {
-        var th = el("a", { class: "thumb" + (goldPages[p] ? " gold" : ""), "data-page": String(p), href: figures[p] ? "#" : null, title: "page " + p });
+        var th = el("a", { class: "thumb" + (goldPages[p] ? " gold" : ""), "data-page": String(p), href: figures[p] ? "#" : null, title: "page " + pageLabel(p) });
         if (pg.thumb) th.appendChild(el("img", { src: pg.thumb, loading: "lazy", decoding: "async", alt: "p" + p, width: "70",
           style: "aspect-ratio:" + pg.w + "/" + pg.h }));
         else th.appendChild(el("div", { class: "blank", style: "aspect-ratio:" + pg.w + "/" + pg.h }));
-        th.appendChild(el("span", { text: "p" + p }));
+        th.appendChild(el("span", { text: pageLabel(p) }));
         if (figures[p]) th.addEventListener("click", function (ev) { ev.preventDefault(); figures[p].scrollIntoView({ block: "center" }); });
         strip.appendChild(th);
       });
@@ -239,22 +335,7 @@
     pane.appendChild(all);
 
     // reader input
-    var ri = run.reader_input;
-    var rd = el("details", { class: "reader", open: compact ? null : "open" }, [el("summary", { text: "Reader input (exact) and output" })]);
-    if (ri) {
-      rd.appendChild(el("div", { class: "muted", text: "mode " + ri.mode + " · " + fmt(ri.text_tokens) + " text tokens + " + fmt(ri.image_tokens) + " image tokens · " + (ri.images || []).length + " images" }));
-      var imgs = el("div", { class: "reader-images" });
-      (ri.images || []).forEach(function (im) {
-        imgs.appendChild(el("figure", {}, [im.src ? el("img", { src: im.src, loading: "lazy", decoding: "async", alt: im.node_id })
-          : el("div", { class: "blank", style: "width:120px;aspect-ratio:" + im.width + "/" + im.height + ";position:relative" }),
-          el("figcaption", { text: im.kind + " " + im.node_id + " · sent at " + im.width + "×" + im.height + " px" })]));
-      });
-      rd.appendChild(imgs);
-      rd.appendChild(el("pre", { class: "xml", text: ri.xml }));
-    } else rd.appendChild(el("div", { class: "muted", text: "no reader input recorded" }));
-    var ro = run.reader_output;
-    if (ro) rd.appendChild(kv([["reader answer", ro.answer], ["raw output", ro.raw || "–"], ["cached", ro.cached], ["error", ro.error]]));
-    pane.appendChild(rd);
+    pane.appendChild(readerBlock(run.reader_input, run.reader_output, turns.length ? "Reader input (exact) and output of the last turn" : "Reader input (exact) and output", !compact));
 
     // LLM evaluator rounds
     if ((run.rounds || []).length) {
@@ -270,10 +351,15 @@
 
     // state at a timeline entry
     var current = n;
-    function statesAt(k) {
+    function statesAt(k) {  // mage_gym.report.data.states_at
       var st = {};
+      function restart(ts) { st = {}; for (var id in ts.states) st[id] = ts.states[id]; }
       for (var id in run.initial) st[id] = run.initial[id];
-      for (var i = 0; i <= Math.min(k, n - 1); i++) steps[i].changes.forEach(function (ch) { st[ch[0]] = ch[1]; });
+      for (var i = 0; i <= Math.min(k, n - 1); i++) {
+        starts.forEach(function (ts) { if (ts.after_step === i) restart(ts); });
+        steps[i].changes.forEach(function (ch) { st[ch[0]] = ch[1]; });
+      }
+      if (k >= n) starts.forEach(function (ts) { if (ts.after_step >= n) restart(ts); });
       return st;
     }
     function show(k) {

@@ -89,7 +89,13 @@
   function cell(r, c) {
     var v = r[c.key];
     if (c.key === "episode_id") return el("td", {}, [el("a", { href: r.href, class: "episode-link", text: v })]);
-    if (c.key === "question") return el("td", { class: "q", title: v || "" , text: (v || "").length > 120 ? v.slice(0, 117) + "…" : (v || "") });
+    if (c.key === "question") {
+      var q = el("td", { class: "q", title: v || "" });
+      if (r.n_turns > 1) q.appendChild(el("span", { class: "badge kind-badge", text: r.n_turns + " turns" }));
+      if (r.n_documents > 1) q.appendChild(el("span", { class: "badge kind-badge", text: r.n_documents + " documents" }));
+      q.appendChild(document.createTextNode((v || "").length > 120 ? v.slice(0, 117) + "…" : (v || "")));
+      return q;
+    }
     if (c.key === "correct") return el("td", {}, [badge(v, "correct", "wrong")]);
     if (c.key === "covered") return el("td", {}, [badge(v, "covered", "missed")]);
     if (c.key === "evidence_sources") return el("td", { text: (v || []).join(", ") });

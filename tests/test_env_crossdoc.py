@@ -83,14 +83,3 @@ def test_no_gold_reaches_a_policy_in_a_crossdoc_episode():
     for (oa, ma, va, ia), (ob, mb, vb, ib) in zip(*seen):
         assert all(np.array_equal(oa[k], ob[k]) for k in oa)
         assert np.array_equal(ma, mb) and va == vb and ia == ib
-
-
-def test_page_position_is_within_each_document():
-    env = make_env()
-    env.reset(seed=0)
-    from mage_gym.env.graph_index import STATIC_FEATURES
-
-    col = STATIC_FEATURES.index("page_position")
-    pos = env.gi.static[: env.graph.n_pages, col]
-    assert pos[0] == 0.0 and pos[5] == 1.0  # document A: pages 0..5
-    assert pos[6] == 0.0 and pos[10] == 1.0  # document B: union pages 6..10

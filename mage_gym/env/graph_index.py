@@ -87,36 +87,17 @@ def _merged_csr(graph: EvidenceGraph) -> tuple[np.ndarray, np.ndarray, np.ndarra
     return ptr, dst.astype(np.intp), kind.astype(np.int8)
 
 
-def _page_positions(graph: EvidenceGraph) -> list[float]:
-    """Each page's position in its document, 0 (first page) to 1 (last page).
-
-    On the union of several documents (:class:`~mage_gym.graph.union.UnionGraph`)
-    the position is within the page's own document, so "near the start of a
-    filing" means the same in every document of the set.
-    """
-    spans = getattr(graph, "documents", None)
-    if not spans:
-        denom = max(1, graph.n_pages - 1)
-        return [p / denom for p in range(graph.n_pages)]
-    out = [0.0] * graph.n_pages
-    for d in spans:
-        denom = max(1, d.n_pages - 1)
-        for q in range(d.n_pages):
-            out[d.page_offset + q] = q / denom
-    return out
-
-
 def _static_features(graph: EvidenceGraph, node_page: np.ndarray) -> np.ndarray:
     n, n_pages = graph.n_nodes, graph.n_pages
     f = np.zeros((n, len(STATIC_FEATURES)), dtype=np.float32)
     type_col = {t: i for i, t in enumerate(NODE_TYPES)}
     col = {name: i for i, name in enumerate(STATIC_FEATURES)}
     base = len(NODE_TYPES)
-    position = _page_positions(graph)
+    denom = max(1, n_pages - 1)
     for p in graph.pages:
         i = p.index
         f[i, type_col["page"]] = 1.0
-        f[i, col["page_position"]] = position[p.index]
+        f[i, col["page_position"]] = p.index / denom
         f[i, base + 1 : base + 5] = (0.0, 0.0, 1.0, 1.0)
         f[i, col["area"]] = 1.0
         f[i, col["content_size"]] = min(1.0, math.log1p(len(p.text)) / _CONTENT_NORM)
@@ -124,7 +105,7 @@ def _static_features(graph: EvidenceGraph, node_page: np.ndarray) -> np.ndarray:
     for j, e in enumerate(graph.elements):
         i = n_pages + j
         f[i, type_col.get(e.type, type_col["paragraph"])] = 1.0
-        f[i, col["page_position"]] = position[e.page]
+        f[i, col["page_position"]] = e.page / denom
         f[i, base + 1 : base + 5] = np.clip(np.asarray(e.bbox, dtype=np.float32), 0.0, 1.0)
         f[i, col["area"]] = min(1.0, max(0.0, e.area))
         f[i, col["section_depth"]] = min(1.0, len(e.section_path) / _MAX_SECTION_DEPTH)

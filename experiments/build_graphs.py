@@ -9,7 +9,7 @@ Run (from the repo root; ``python -m experiments.build_graphs`` works the same):
 Documents are PDFs and folders of page images (LongDocURL), found
 recursively; cached ones are only loaded, the rest built in ``workers``
 processes (:mod:`experiments.common.corpus`), or with ``executor=ray`` as one
-Ray task per document on a cluster (conf/executor/ray.yaml, docs/DISTRIBUTED.md). A bad file never stops the run:
+Ray task per document (page-chunk tasks for documents longer than executor.ray.chunk_pages) on a cluster (conf/executor/ray.yaml, docs/DISTRIBUTED.md). A bad file never stops the run:
 its typed error (:mod:`mage_gym.graph.errors`) is recorded. The exit status is
 1 when no document has a graph at the end (nothing built or cached), or when
 an option is wrong (e.g. an unknown ``parser``: one error before any file is opened).

@@ -2,8 +2,10 @@
 
 One cluster per module (``ray.cluster_utils.Cluster``: a head node and one
 worker node, one CPU each, small object stores), one generated corpus of
-three short synthetic PDFs. Checked: a Ray graph build gives the same
-``graph_hash`` per document as a local build; a build task that kills its own
+three short synthetic PDFs (and one 12-page PDF). Checked: a Ray graph build gives the same
+``graph_hash`` per document as a local build; a long document is built from
+page-chunk tasks assembled on the driver, with the hash of a local build with
+the same chunks, even when a chunk task kills its process; a build task that kills its own
 process is retried and nothing is lost or duplicated; a benchmark on Ray
 actors writes the same ``episodes.jsonl`` rows (ignoring ``wall_s``) and the
 same traces as a local run, including when an actor dies mid-episode; a build
@@ -109,6 +111,94 @@ def test_build_task_that_kills_its_process_is_retried(cluster, corpus, local_bui
     assert paths == files  # every document once, in order
     assert res["totals"]["failed"] == 0 and res["totals"]["built"] == 3
     assert hashes(res) == hashes(local_build)
+
+
+@pytest.fixture(scope="module")
+def long_pdf(tmp_path_factory) -> str:
+    from mage_gym.data.synth import SynthConfig, generate_corpus
+
+    root = tmp_path_factory.mktemp("ray_long")
+    generate_corpus(root, 1, seed=11, cfg=SynthConfig(min_pages=12, max_pages=12, questions_per_doc=2), workers=1,
+                    progress=False)
+    (pdf,) = pdfs(root)
+    return pdf
+
+
+@pytest.fixture(scope="module")
+def long_local_hashes(long_pdf) -> dict[str, str]:
+    """The long document built locally: in-process (one chunk), and as 3 chunks (pages 0-3, 4-7, 8-11) in a
+    one-thread worker process, as each Ray task runs them (torch precisions batch texts, so the vectors' last
+    digits may depend on the chunks and the thread count; int8 encodes one text at a time)."""
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    from experiments.common.corpus import graph_hash
+    from mage_gym.graph.build import build_graph
+    from mage_gym.graph.workers import init_worker
+
+    out = {"workers1": graph_hash(build_graph(long_pdf, parser="fast", cache=False, workers=1, progress=False))}
+    pool = ProcessPoolExecutor(max_workers=1, mp_context=mp.get_context("forkserver"), initializer=init_worker,
+                               initargs=(1, True))
+    try:
+        out["chunks3"] = graph_hash(build_graph(long_pdf, parser="fast", cache=False, chunk_executor=pool, chunks=3,
+                                                progress=False))
+    finally:
+        pool.shutdown()
+    return out
+
+
+# chunk_pages=5: the 12-page document becomes 3 chunk tasks of 4 pages; the corpus's 4-5 page ones stay one task each
+CHUNKED = {**RAY, "chunk_pages": 5}
+
+
+def spy_chunk_calls(monkeypatch) -> list[tuple[str, object]]:
+    """Every call the driver sends to Ray through RayChunks: (function name, page range or None)."""
+    import experiments.common.distributed.build as B
+
+    calls: list[tuple[str, object]] = []
+    submit = B.RayChunks.submit
+
+    def spy(self, fn, *args):
+        calls.append((fn.__name__, args[3] if fn.__name__ == "parse_and_embed_chunk" else None))
+        return submit(self, fn, *args)
+
+    monkeypatch.setattr(B.RayChunks, "submit", spy)
+    return calls
+
+
+def test_a_long_document_is_built_from_page_chunk_tasks(cluster, corpus, local_build, long_pdf, long_local_hashes,
+                                                        tmp_path, monkeypatch) -> None:
+    from mage_gym.graph.embed import resolve_precision
+
+    calls = spy_chunk_calls(monkeypatch)
+    files = pdfs(corpus) + [long_pdf]
+    res = build(files, tmp_path / "cache", CHUNKED)
+    assert res["totals"]["built"] == 4 and res["totals"]["failed"] == 0
+    assert calls == [("page_count", None), *(("parse_and_embed_chunk", list(range(lo, lo + 4))) for lo in (0, 4, 8))]
+    got = hashes(res)
+    assert got[long_pdf] == long_local_hashes["chunks3"]  # the local build with the same chunks
+    assert {p: got[p] for p in pdfs(corpus)} == hashes(local_build)  # the short ones: one task each, as before
+    if resolve_precision(None, "cpu") == "int8":  # one text per encoder call: chunks cannot change a vector
+        assert long_local_hashes["workers1"] == long_local_hashes["chunks3"] == got[long_pdf]
+    again = build([long_pdf], tmp_path / "cache", CHUNKED)  # the driver wrote the assembled graph to the cache
+    assert again["totals"]["cached"] == 1 and hashes(again)[long_pdf] == got[long_pdf]
+
+
+def test_a_chunk_task_that_kills_its_process_is_retried(cluster, long_pdf, long_local_hashes, tmp_path,
+                                                        monkeypatch) -> None:
+    marker = tmp_path / "killed"
+    monkeypatch.setenv(KILL_ONCE_ENV, f"{Path(long_pdf).name}#2:{marker}")  # call 2: the second page chunk
+    res = build([long_pdf], tmp_path / "cache", CHUNKED)
+    assert marker.exists(), "the fault hook never fired: the test would prove nothing"
+    assert res["totals"]["built"] == 1 and res["totals"]["failed"] == 0
+    assert hashes(res) == {long_pdf: long_local_hashes["chunks3"]}
+
+
+def test_a_chunk_task_without_retries_fails_its_document_only(cluster, long_pdf, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv(KILL_ONCE_ENV, f"{Path(long_pdf).name}#1:{tmp_path / 'killed'}")
+    res = build([long_pdf], tmp_path / "cache", {**CHUNKED, "max_retries": 0})
+    (rec,) = res["documents"]
+    assert rec["error"] and "after retries" in rec["error"] and rec["graph_hash"] is None
 
 
 def entries_by_document(cache: Path) -> dict[str, Path]:

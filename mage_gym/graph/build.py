@@ -5,7 +5,8 @@ Stages, and the module doing each:
 1. *parse* (:func:`mage_gym.graph.parsers.get_parser`), then *prepare* and
    *embed* (:mod:`.prepare`: normalise boxes, pair captions, choose and encode
    the text of each element) are per page; with ``workers > 1`` they run on
-   page chunks in worker processes (:mod:`.workers`).
+   page chunks in worker processes (:mod:`.workers`), or with a
+   ``chunk_executor`` wherever that sends them (e.g. Ray tasks).
 2. *assemble* (:mod:`.assemble`) is document-wide and runs in the calling
    process: ids, reading order, the section tree, summaries, edges, meta.
 3. the result is written to the content-addressed cache (:mod:`.store`); a
@@ -85,7 +86,8 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
                 cache_dir: str | Path | None = None, max_pages: int | None = None, workers: int = 1,
                 parser_cfg: Mapping[str, Any] | None = None, edge_cfg: Mapping[str, Any] | None = None,
                 doc_id: str | None = None, embed_cfg: Mapping[str, Any] | None = None,
-                encoder: Encoder | None | str = "default", progress: bool = True) -> EvidenceGraph:
+                encoder: Encoder | None | str = "default", progress: bool = True, chunk_executor: Any = None,
+                chunks: int | None = None) -> EvidenceGraph:
     """Evidence graph of a PDF or page-image folder, from the cache when possible.
 
     ``workers > 1`` parses and embeds contiguous page chunks in a persistent
@@ -95,13 +97,25 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
     "__main__":`` guard. Typed :mod:`mage_gym.graph.errors` are raised for bad
     input. ``meta["cache_hit"]`` says whether the graph came from the cache.
     ``progress`` shows tqdm bars for long builds (only on a terminal).
+
+    ``chunk_executor`` (anything with ``submit(fn, *args)`` returning a
+    ``concurrent.futures.Future``) runs the page chunks instead of the local
+    pool, so a cluster can parse and embed one long document while this
+    process assembles it; ``chunks`` fixes how many near-equal page ranges
+    the pages are split into (default: the pool's decreasing-size schedule).
+    Chunk boundaries decide how texts are batched for the encoder, so the
+    vectors' last float digits may depend on them (docs/DISTRIBUTED.md).
     """
     t0 = time.perf_counter()
     pcfg = dict(parser_cfg or {})
     ecfg = EdgeConfig.from_dict(edge_cfg)
     mcfg = EmbedConfig.from_dict(embed_cfg)
-    if workers > 1 and encoder != "default":
-        raise ValueError("workers > 1 needs the default encoder (a custom encoder cannot be sent to workers)")
+    chunked = workers > 1 or chunk_executor is not None
+    if chunked and encoder != "default":
+        raise ValueError("workers > 1 or a chunk_executor needs the default encoder (a custom encoder cannot be "
+                         "sent to workers)")
+    if chunks is not None and not chunked:
+        raise ValueError("chunks needs workers > 1 or a chunk_executor (an in-process build is one chunk)")
     src, did, digest = _resolve(source, doc_id)
     key = _settings_key(src, parser, pcfg, ecfg, mcfg, encoder, did, max_pages, digest)
     if cache:
@@ -111,17 +125,19 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
 
     from mage_gym.graph.sources import page_count
 
-    if workers > 1:
+    if chunked:
         # counted in a worker: importing PyMuPDF here would cost the caller over a second
-        n_total = get_pool(workers).submit(page_count, src).result()
+        runner = get_pool(workers) if chunk_executor is None else chunk_executor
+        n_total = runner.submit(page_count, src).result()
     else:
         n_total = page_count(src)
     n = n_total if max_pages is None or max_pages < 0 else min(n_total, max_pages)
     doc_warnings: list[str] = []
     t1 = time.perf_counter()
-    if workers > 1 and n > 1:
+    if (workers > 1 and n > 1) or (chunk_executor is not None and n > 0):
         prepared, doc_warnings, page_vecs, el_vecs, work = parse_and_embed_parallel(
-            src, parser, pcfg, n, max_pages, mcfg, ecfg.caption_max_gap, workers, progress)
+            src, parser, pcfg, n, max_pages, mcfg, ecfg.caption_max_gap, workers, progress,
+            chunk_executor=chunk_executor, chunks=chunks)
     else:
         from mage_gym.graph.parsers import get_parser
 

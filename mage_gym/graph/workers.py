@@ -6,9 +6,13 @@ or a benchmark pays the load once per worker, not per document. Why the
 worker also embeds its chunk: embedding is the most expensive stage, and
 doing it where the text already is avoids shipping texts back and forth.
 
-Chunks are contiguous page ranges of decreasing size (:func:`page_chunks`);
-the calling process assembles the document from the chunks' prepared pages
-and vectors (:mod:`.assemble`).
+Chunks are contiguous page ranges of decreasing size (:func:`page_chunks`),
+or a given number of near-equal ranges (:func:`even_chunks`); the calling
+process assembles the document from the chunks' prepared pages and vectors
+(:mod:`.assemble`). The chunks can also run elsewhere: any
+``chunk_executor`` with ``submit(fn, *args) -> concurrent.futures.Future``
+replaces the pool (a Ray cluster does, in
+``experiments/common/distributed/build.py``).
 
 Ctrl-C: a ``KeyboardInterrupt`` in the calling process cancels the chunks not
 yet started and terminates the workers (a chunk of layout pages would
@@ -197,6 +201,25 @@ def page_chunks(n: int, workers: int, min_pages: int = 4, max_pages: int = 32) -
     return out
 
 
+def even_chunks(n: int, chunks: int) -> list[list[int]]:
+    """``chunks`` contiguous page ranges of near-equal size (the first ones a page longer), none empty.
+
+    Why beside :func:`page_chunks`: a caller that sends chunks to a cluster
+    decides how many tasks a document becomes (pages per task), and equal
+    ranges bound each task's work and memory the same way.
+    """
+    if chunks < 1:
+        raise ValueError(f"chunks must be >= 1, got {chunks}")
+    k = min(chunks, n)
+    out: list[list[int]] = []
+    lo = 0
+    for i in range(k):
+        size = n // k + (1 if i < n % k else 0)
+        out.append(list(range(lo, lo + size)))
+        lo += size
+    return out
+
+
 def wait_all(futures: Sequence["Future"], on_done: Callable[["Future"], None] | None = None,
              on_interrupt: Callable[[], None] = terminate_pool) -> list[Any]:
     """Results of ``futures`` in submission order, calling ``on_done`` as each one finishes.
@@ -222,9 +245,14 @@ def wait_all(futures: Sequence["Future"], on_done: Callable[["Future"], None] | 
 
 def parse_and_embed_parallel(src: DocumentSource, parser: str, pcfg: Mapping[str, Any], n: int,
                              max_pages: int | None, mcfg: EmbedConfig, caption_gap: float, workers: int,
-                             progress: bool = False,
+                             progress: bool = False, chunk_executor: Any = None, chunks: int | None = None,
                              ) -> tuple[list[PreparedPage], list[str], np.ndarray, np.ndarray, dict[str, Any]]:
     """Parse and embed the first ``n`` pages in ``workers`` processes; the chunks' results joined.
+
+    ``chunk_executor`` (anything with ``submit(fn, *args)`` returning a
+    ``concurrent.futures.Future``) runs the chunks instead of the process
+    pool; ``chunks`` splits the pages into that many near-equal ranges
+    instead of :func:`page_chunks`' schedule for ``workers``.
 
     Returns (prepared pages, document warnings, page vectors, element vectors,
     work: summed stage timings, peak worker RSS, embedding precision).
@@ -233,14 +261,24 @@ def parse_and_embed_parallel(src: DocumentSource, parser: str, pcfg: Mapping[str
 
     from tqdm import tqdm
 
-    pool = get_pool(workers)
-    futs = [pool.submit(parse_and_embed_chunk, src, parser, dict(pcfg), chunk, max_pages, mcfg.to_dict(), caption_gap)
-            for chunk in page_chunks(n, workers)]
+    runner = get_pool(workers) if chunk_executor is None else chunk_executor
+    ranges = page_chunks(n, workers) if chunks is None else even_chunks(n, chunks)
+    futs = [runner.submit(parse_and_embed_chunk, src, parser, dict(pcfg), chunk, max_pages, mcfg.to_dict(),
+                          caption_gap) for chunk in ranges]
+
+    def cancel_queued() -> None:  # Ctrl-C with another executor: its chunks not yet started never start
+        for f in futs:
+            f.cancel()
+
+    stop = terminate_pool if chunk_executor is None else cancel_queued
     try:
         with tqdm(total=n, desc=f"parse+embed {Path(src.path).name[:30]}", unit="page", leave=False,
                   disable=None if progress and n >= 20 else True) as bar:
-            results: list[ChunkResult] = wait_all(futs, on_done=lambda f: bar.update(len(f.result().prepared)))
+            results: list[ChunkResult] = wait_all(futs, on_done=lambda f: bar.update(len(f.result().prepared)),
+                                                  on_interrupt=stop)
     except BrokenProcessPool as err:
+        if chunk_executor is not None:
+            raise
         shutdown_pool()
         raise RuntimeError(
             f"a graph worker process died while building {src.path}: out of memory, or the calling script "
@@ -263,4 +301,4 @@ def parse_and_embed_parallel(src: DocumentSource, parser: str, pcfg: Mapping[str
 
 
 __all__ = ["ChunkResult", "init_worker", "parse_and_embed_chunk", "get_pool", "warm_pool", "shutdown_pool",
-           "terminate_pool", "terminate_executor", "page_chunks", "wait_all", "parse_and_embed_parallel"]
+           "terminate_pool", "terminate_executor", "page_chunks", "even_chunks", "wait_all", "parse_and_embed_parallel"]

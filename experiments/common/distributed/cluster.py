@@ -20,7 +20,7 @@ log = logging.getLogger("experiments.distributed")
 #: the keys of ``conf/executor/ray.yaml``; missing keys take these values
 RAY_DEFAULTS: dict[str, Any] = {"name": "ray", "address": "local", "cpus_per_task": 1, "max_retries": 3,
                                 "object_store_memory": None, "actors": None, "reader_cache": None, "servers": None,
-                                "server_concurrency": None}
+                                "server_concurrency": None, "chunk_pages": 64}
 #: test-only hook: ``<substring of a document path or episode id>:<marker file>``; the first task on a
 #: matching item creates the marker and kills its own process (tests/test_ray_executor.py)
 KILL_ONCE_ENV = "MAGE_GYM_RAY_KILL_ONCE"
@@ -39,6 +39,8 @@ def ray_options(executor: Mapping[str, Any]) -> dict[str, Any]:
         out["servers"] = servers = [servers]
     if servers is not None and (not list(servers) or not all(isinstance(u, str) and u for u in servers)):
         raise ValueError(f"executor.servers must be null or a non-empty list of base URLs, got {servers!r}")
+    if out["chunk_pages"] is not None and int(out["chunk_pages"]) < 1:
+        raise ValueError(f"executor.chunk_pages must be null or >= 1, got {out['chunk_pages']}")
     if out["server_concurrency"] is not None and int(out["server_concurrency"]) < 1:
         raise ValueError(f"executor.server_concurrency must be null or >= 1, got {out['server_concurrency']}")
     return out

@@ -5,13 +5,24 @@ inside ``learn``; this one runs ``learn`` with no callback but a timer, so
 the figures are the training loop alone. ``policy.ppo``'s network and PPO
 hyperparameters (conf/policy/ppo.yaml) are used unchanged; the training
 envs are built exactly as train.py builds them (oracle reader, shaping per
-``train.shaping``). Two settings run one after the other in the same
-process, on the same corpus, with the same seed and step count:
+``train.shaping``). Settings run one after the other, each in a fresh
+process (so no setting inherits caches another one warmed), on the same
+corpus, with the same seed and step count. A setting is
+``kind:n_envs[:legacy]``:
 
-* ``before``: ``DummyVecEnv`` with one env (train.py's old default path);
-* ``after``: ``SubprocVecEnv`` with ``--n-envs`` worker processes;
-* optionally more (``--also dummy:8``: eight envs in this process, whose
-  policy forward is batched over the eight).
+* ``before`` (``--before``, default ``subproc:2:legacy``): train.py's old
+  default path (``train.n_envs`` = 2 cores, ``SubprocVecEnv``), each env with
+  its own episode provider (its own copy of every graph) and the caches at
+  their library defaults (a few graphs, 128 questions), so most resets on a
+  corpus larger than that rebuilt retriever indexes and re-scored the question;
+* ``after`` (``--after``, default ``dummy:2``): train.py's envs now
+  (:func:`~experiments.common.training.training_env_factory`: the envs of a
+  process share one provider, caches sized for the corpus), the same two envs
+  in this process (``train.vec_env=dummy``; the policy forward batched over
+  them). Same rollout size and seeds as ``before``, so training is the same
+  (equal validation reward) and only the time differs;
+* optionally more (``--also dummy:1:legacy,dummy:1,dummy:8``; ``dummy:8``
+  collects 8 x n_steps per update, so it learns differently per env step).
 
 Per setting: ``vec_setup_s`` (worker start, excluded), ``learn_setup_s``
 (``learn`` until the first rollout: first resets), ``rollout_s`` (env
@@ -31,6 +42,8 @@ Run::
 
     .venv/bin/python experiments/perf_train.py                       # outputs/perf_train/results.json
     .venv/bin/python experiments/perf_train.py --steps 4096 --corpora synth -- train.shaping=false
+    .venv/bin/python experiments/perf_train.py --after subproc:2 --also dummy:1:legacy,dummy:1,dummy:8
+    .venv/bin/python experiments/perf_train.py --corpora real_mix --repeats 3    # medians of 3 interleaved runs
 """
 from __future__ import annotations
 
@@ -115,15 +128,83 @@ def phase_timer() -> Any:
     return PhaseTimer()
 
 
+def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The run with the median steps/s (the lower middle one for an even count), with every run's figures."""
+    import statistics
+
+    rate = statistics.median_low([r["steps_per_s"] for r in rows])
+    row = dict(next(r for r in rows if r["steps_per_s"] == rate))
+    if len(rows) > 1:
+        row["runs"] = len(rows)
+        for key in ("steps_per_s", "rollout_steps_per_s", "rollout_s", "update_s", "val_reward"):
+            if all(key in r for r in rows):
+                row[f"{key}_all"] = [r[key] for r in rows]
+    return row
+
+
+def parse_setting(spec: str) -> tuple[str, int, bool]:
+    """``kind:n_envs[:legacy]`` -> (kind, n_envs, legacy)."""
+    parts = spec.strip().split(":")
+    if len(parts) not in (2, 3) or parts[0] not in ("dummy", "subproc") or (len(parts) == 3 and parts[2] != "legacy"):
+        raise ValueError(f"a setting is kind:n_envs[:legacy] with kind dummy or subproc, got {spec!r}")
+    return parts[0], int(parts[1]), len(parts) == 3
+
+
+def measure_isolated(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], spec: str, steps: int,
+                     torch_threads: int) -> dict[str, Any]:
+    """:func:`measure` of setting ``spec`` in a fresh (spawned) process: no cache warmed by another setting."""
+    import multiprocessing as mp
+
+    kind, n_envs, legacy = parse_setting(spec)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    # a plain (non-daemonic) process: a subproc setting starts worker processes of its own
+    proc = ctx.Process(target=_measure_child,
+                       args=(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, torch_threads))
+    proc.start()
+    import queue as queue_mod
+
+    while True:
+        try:
+            ok, out = queue.get(timeout=5)
+            break
+        except queue_mod.Empty:
+            if not proc.is_alive():
+                raise RuntimeError(f"setting {spec}: its process ended without a result (exit {proc.exitcode})")
+    proc.join()
+    if not ok:
+        raise RuntimeError(f"setting {spec} failed:\n{out}")
+    return out
+
+
+def _measure_child(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, torch_threads) -> None:
+    import traceback
+
+    from experiments.common.config import quiet_libraries, set_threads
+
+    try:
+        quiet_libraries()
+        set_threads(torch_threads)
+        queue.put((True, measure(cfg, train_eps, val_eps, kind, n_envs, steps, legacy)))
+    except BaseException:  # noqa: BLE001 - reported by the parent
+        queue.put((False, traceback.format_exc()))
+
+
 def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], kind: str, n_envs: int,
-            steps: int) -> dict[str, Any]:
-    """One setting: build the envs and a fresh model, time ``learn(steps)``, then validate (untimed)."""
+            steps: int, legacy: bool = False) -> dict[str, Any]:
+    """One setting: build the envs and a fresh model, time ``learn(steps)``, then validate (untimed).
+
+    ``legacy``: train.py's envs before :func:`~experiments.common.training.training_env_factory` (a provider per
+    env, so a graph copy per env, and caches at their library defaults).
+    """
     from stable_baselines3.common.monitor import Monitor
 
     from experiments.common.envs import make_env
     from experiments.common.episodes import episode_of
     from experiments.common.policy_options import policy_options
-    from experiments.common.training import LEARNER, VAL_SEED, evaluate, make_vec_env, shaping_kwargs
+    from experiments.common.training import (
+        LEARNER, VAL_SEED, evaluate, make_vec_env, shaping_kwargs, training_env_factory,
+    )
     from policies.ppo import build_model
 
     tc, env_cfg = cfg["train"], cfg["env"]
@@ -133,10 +214,14 @@ def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], ki
     shaping = bool(tc.get("shaping", False))
     train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, shaping)}}
     n_docs = len({episode_of(e).source for e in train_eps})
+    n_questions = sum(len(getattr(episode_of(e), "turns", None) or (1,)) for e in train_eps)
 
-    def make_one() -> Any:
+    def make_legacy() -> Any:  # train.py's envs before they shared a provider and sized the caches
         env = make_env(train_eps, train_cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
         return Monitor(env)
+
+    make_one = make_legacy if legacy else training_env_factory(train_eps, train_cfg, render_mode, min(64, n_docs),
+                                                                n_questions)
 
     t0 = time.perf_counter()
     vec = make_vec_env(make_one, n_envs, kind)
@@ -154,14 +239,17 @@ def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], ki
     update = max(0.0, wall - setup - timer.rollout_s)
     n = int(model.num_timesteps)
     row: dict[str, Any] = {
-        "vec_env": "subproc" if kind == "subproc" and n_envs > 1 else "dummy", "n_envs": n_envs, "env_steps": n,
+        "vec_env": "subproc" if kind == "subproc" and n_envs > 1 else "dummy", "n_envs": n_envs,
+        "envs": "legacy: a provider per env, default caches" if legacy else "shared provider, caches sized for corpus",
+        "env_steps": n,
         "rollouts": timer.rollouts, "vec_setup_s": vec_setup, "learn_setup_s": setup, "rollout_s": timer.rollout_s,
         "update_s": update, "learn_wall_s": wall, "steps_per_s": n / max(1e-9, timer.rollout_s + update),
         "rollout_steps_per_s": n / max(1e-9, timer.rollout_s), "shaping": shaping}
     if val_eps:
         _, m = evaluate(model, algo, val_eps, cfg, render_mode, seed=VAL_SEED)
         row.update(val_episodes=len(val_eps), val_reward=m["reward"], val_page_recall=m["evidence_page_recall"])
-    print(f"  {row['vec_env']} x{n_envs}: {row['steps_per_s']:.0f} steps/s (rollout {timer.rollout_s:.1f} s, "
+    print(f"  {row['vec_env']} x{n_envs}{' legacy' if legacy else ''}: {row['steps_per_s']:.0f} steps/s "
+          f"(rollout {timer.rollout_s:.1f} s, "
           f"update {update:.1f} s, setup {setup:.1f} s); val reward {row.get('val_reward')}", flush=True)
     return row
 
@@ -194,17 +282,21 @@ def corpus_episodes(name: str, cfg: Mapping[str, Any], args: argparse.Namespace)
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=8192, help="env steps of each learn() call")
-    ap.add_argument("--n-envs", type=int, default=2, help="worker processes of the 'after' setting")
-    ap.add_argument("--also", default="", help="more settings to measure, e.g. dummy:8,subproc:4 (kind:n_envs)")
+    ap.add_argument("--before", default="subproc:2:legacy", help="the reference setting (kind:n_envs[:legacy])")
+    ap.add_argument("--after", default="dummy:2", help="the setting compared with it")
+    ap.add_argument("--also", default="", help="more settings to measure, e.g. subproc:2,dummy:4:legacy")
     ap.add_argument("--corpora", default="synth,real_mix", help="comma list of synth, real_mix")
     ap.add_argument("--synth-root", default=None, help="synthetic corpus (default: $MAGE_GYM_CACHE/synth/tiny_n7_s0)")
     ap.add_argument("--synth-docs", type=int, default=7)
     ap.add_argument("--synth-seed", type=int, default=0)
     ap.add_argument("--val-episodes", type=int, default=16, help="validation episodes per dataset (untimed)")
+    ap.add_argument("--repeats", type=int, default=1, help="runs of each setting (interleaved); rows are medians")
     ap.add_argument("--torch-threads", type=int, default=1)
     ap.add_argument("--out", default="outputs/perf_train/results.json")
     ap.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. train.shaping=false")
     args = ap.parse_args(argv)
+    for spec in [args.before, args.after, *[x for x in args.also.split(",") if x.strip()]]:
+        parse_setting(spec)  # fail before any work
     from experiments.common.config import quiet_libraries, set_threads
     from experiments.common.results import write_json
     from mage_gym.paths import cache_root
@@ -229,12 +321,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             continue
         res = {**desc, "train_episodes": len(train), "train_documents": len({e.source for e in train}),
                "val_episodes": len(val)}
-        res["before"] = measure(cfg, train, val, "dummy", 1, args.steps)
-        res["after"] = measure(cfg, train, val, "subproc", args.n_envs, args.steps)
+        also = list(dict.fromkeys(x.strip() for x in args.also.split(",") if x.strip()))
+        specs = list(dict.fromkeys([args.before, args.after, *also]))
+        runs: dict[str, list[dict[str, Any]]] = {spec: [] for spec in specs}
+        for r in range(args.repeats):  # interleaved, the order reversed every other round
+            for spec in (specs if r % 2 == 0 else specs[::-1]):
+                runs[spec].append(measure_isolated(cfg, train, val, spec, args.steps, args.torch_threads))
+        res["before"] = median_row(runs[args.before])
+        res["after"] = median_row(runs[args.after])
         res["speedup"] = res["after"]["steps_per_s"] / max(1e-9, res["before"]["steps_per_s"])
-        for item in [x.strip() for x in args.also.split(",") if x.strip()]:
-            kind, n = item.split(":")
-            res.setdefault("also", {})[item] = measure(cfg, train, val, kind, int(n), args.steps)
+        for item in also:
+            res.setdefault("also", {})[item] = median_row(runs[item])
         out["corpora"][name] = res
     out["machine"]["loadavg_end"] = os.getloadavg()
     path = write_json(Path(args.out), out)

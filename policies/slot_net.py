@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import torch as th
 from torch import nn
+from torch.nn import functional as F
 
 from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy
 from stable_baselines3.common.policies import MultiInputActorCriticPolicy
@@ -40,6 +41,19 @@ def _mlp(sizes: list[int], last_act: bool = True) -> nn.Sequential:
         if last_act or i < len(sizes) - 2:
             layers.append(nn.ReLU())
     return nn.Sequential(*layers)
+
+
+def _split_linear(layer: nn.Linear, per_slot: th.Tensor, per_sample: th.Tensor) -> th.Tensor:
+    """``layer(cat([per_slot, per_sample broadcast over slots], -1))`` without building the concatenation.
+
+    Why: the per-sample part (question, global context) is the same for all
+    K slots, so its product with its block of the weight is computed once
+    per sample instead of K times, and no [B, K, ...] copy of it is made;
+    the result is the same up to float rounding (a sum of the two blocks).
+    """
+    d = per_slot.shape[-1]
+    w = layer.weight
+    return F.linear(per_slot, w[:, :d]) + F.linear(per_sample, w[:, d:], layer.bias).unsqueeze(-2)
 
 
 class SlotSetExtractor(BaseFeaturesExtractor):
@@ -64,13 +78,19 @@ class SlotSetExtractor(BaseFeaturesExtractor):
             self.att_query = nn.Linear(question_dim + ctx_in, hidden)
         self.global_enc = _mlp([len(pools) * hidden + question_dim + ctx_in, global_dim])
         self.slot_out = _mlp([hidden + global_dim, hidden, slot_dim])
+        # The layers after the first of each per-slot MLP (a tuple: not registered twice, so checkpoints keep
+        # their keys). The first layers read [per-slot part, per-sample part] and are applied split (see forward).
+        self._enc_rest = tuple(self.slot_enc)[1:]
+        self._out_rest = tuple(self.slot_out)[1:]
 
     def forward(self, obs: dict[str, th.Tensor]) -> th.Tensor:
         nodes, mask = obs["nodes"].float(), obs["slot_mask"].float()
         B, K, _ = nodes.shape
         q = self.q_proj(obs["question"].float())
         ctx = th.cat([obs["budget"].float(), obs["progress"].float()], dim=-1)
-        h = self.slot_enc(th.cat([nodes, q.unsqueeze(1).expand(B, K, q.shape[-1])], dim=-1))
+        h = _split_linear(self.slot_enc[0], nodes, q)  # = slot_enc[0](cat([nodes, q per slot]))
+        for layer in self._enc_rest:
+            h = layer(h)
         m = mask.unsqueeze(-1)
         count = m.sum(dim=1).clamp(min=1.0)
         pooled = []
@@ -88,7 +108,10 @@ class SlotSetExtractor(BaseFeaturesExtractor):
                 w = w / w.sum(dim=1, keepdim=True).clamp(min=1e-6)
                 pooled.append((w.unsqueeze(-1) * h).sum(dim=1))
         g = self.global_enc(th.cat(pooled + [q, ctx], dim=-1))
-        s = self.slot_out(th.cat([h, g.unsqueeze(1).expand(B, K, g.shape[-1])], dim=-1)) * m
+        s = _split_linear(self.slot_out[0], h, g)  # = slot_out[0](cat([h, g per slot]))
+        for layer in self._out_rest:
+            s = layer(s)
+        s = s * m
         return th.cat([s.reshape(B, K * self.slot_dim), g], dim=-1)
 
 
@@ -111,7 +134,7 @@ class SlotActionHead(nn.Module):
         B = features.shape[0]
         s = features[:, : self.K * self.slot_dim].reshape(B, self.K, self.slot_dim)
         g = features[:, self.K * self.slot_dim:]
-        per_slot = self.slot_logits(th.cat([s, g.unsqueeze(1).expand(B, self.K, g.shape[-1])], dim=-1))
+        per_slot = _split_linear(self.slot_logits, s, g)  # = slot_logits(cat([s, g per slot]))
         logits = features.new_empty(B, self.n_actions)
         logits[:, self.stop_index] = self.stop_logit(g).squeeze(-1)
         logits[:, self.slot_ids] = per_slot.reshape(B, -1)

@@ -14,8 +14,10 @@ Common to all: episodes of the train split (only those usable for training:
 answerable ones need gold on the page; ``dataset.limit`` caps them) and of
 the validation split (other documents; ``train.eval_episodes`` of them),
 graphs from the cache, ``train.n_envs`` PPO environments (default: one per
-core; ``SubprocVecEnv`` when more than one, ``train.vec_env=dummy`` to keep
-them in this process) with the oracle reader and optional potential-based
+core; by default all in this process sharing one episode provider and graph
+cache, which measured faster than one worker process per env on the real mix
+with identical learning (``experiments/perf_train.py``); ``train.vec_env=subproc``
+gives ``SubprocVecEnv``) with the oracle reader and optional potential-based
 shaping (``train.shaping``), periodic validation every ``train.eval_freq``
 steps keeping the best. Validation envs are never privileged nor shaped:
 every reported reward is the plain terminal one, and ``results.json`` says
@@ -218,6 +220,59 @@ def make_vec_env(make_one: Any, n_envs: int, kind: str = "subproc", start_method
     return SubprocVecEnv([_in_worker(make_one) for _ in range(n_envs)], start_method=start_method)
 
 
+def reserve_training_caches(n_graphs: int, n_questions: int) -> None:
+    """Size this process's per-graph and per-question caches for a training corpus (call where the envs live).
+
+    Why: a training env cycles through all its documents and questions, while
+    the caches default to a few graphs (retriever indexes, graph index, page
+    views) and 128 questions; on a corpus larger than that, most resets
+    rebuilt a BM25 index and re-scored the question (the largest share of
+    rollout time on the real mix). Caches are pure functions of their keys:
+    nothing a policy sees changes.
+    """
+    from mage_gym.env.relevance import reserve_questions
+    from mage_gym.retrieval.cache import reserve_graphs
+
+    reserve_graphs(2 * n_graphs)  # each graph and its page-only view (SearchEvidence scores pages on the view)
+    reserve_questions(n_questions)
+
+
+def training_env_factory(train_eps: list[Any], train_cfg: Mapping[str, Any], render_mode: str, max_graphs: int,
+                         n_questions: int, info_keys: tuple[str, ...] = ()) -> Any:
+    """``make_one`` for the PPO vec env: a monitored ``MageRAG-v0`` on ``train_eps`` (oracle reader).
+
+    All envs built in one process share one episode provider, so each
+    document graph is loaded once per process and the caches keyed by graph
+    (retriever indexes, graph index, relevance) serve every env; caches are
+    sized for the corpus (:func:`reserve_training_caches`). With eight envs
+    in one process and a provider each, a 31-document corpus meant eight
+    copies of every graph and an index rebuilt at most resets. Each env keeps
+    its own seeded episode draw; what it observes does not change.
+    """
+    shared: dict[int, Any] = {}  # process id -> provider (a worker process builds its own)
+
+    def make_one() -> Any:
+        import gymnasium as gym
+        from stable_baselines3.common.monitor import Monitor
+
+        import mage_gym.env  # noqa: F401 - registers MageRAG-v0
+        from experiments.common.envs import env_kwargs
+        from mage_gym.env.episodes import as_provider
+
+        reserve_training_caches(max_graphs, n_questions)
+        kw = env_kwargs(train_cfg, render_mode, "oracle")
+        kw["max_graphs"] = max_graphs
+        provider = shared.get(os.getpid())
+        if provider is None:
+            provider = shared[os.getpid()] = as_provider(
+                list(train_eps), parser=kw.get("parser", "layout"), max_graphs=max_graphs,
+                graph_kwargs=kw.get("graph_kwargs"))
+        env = gym.make("MageRAG-v0", episodes=provider, **kw)
+        return Monitor(env, info_keywords=info_keys)
+
+    return make_one
+
+
 def _in_worker(make_one: Any) -> Any:
     def build() -> Any:
         set_threads(1)  # one env per core: torch (and its thread pool) must not take the others
@@ -299,8 +354,6 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
 
     ``train_episodes``/``val_episodes`` replace the dataset's splits (e.g. pre-built pairs in tests).
     """
-    from stable_baselines3.common.monitor import Monitor
-
     from policies.ppo import build_model, save_checkpoint
 
     check_config(cfg)
@@ -333,6 +386,7 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
         log.warning("!" * 20 + " %s; train.allow_no_validation=true: keeping the LAST policy, unselected " + "!" * 20,
                     msg)
     n_docs = len({episode_of(e).source for e in train_eps})
+    n_questions = sum(len(getattr(episode_of(e), "turns", None) or (1,)) for e in train_eps)
     log.info("train (%s): %d episodes on %d documents; eval: %d episodes (%s)", recipe, len(train_eps), n_docs,
              len(val_eps), tc["eval_split"])
 
@@ -345,9 +399,7 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
     # observation); evaluation envs keep the plain terminal reward and sealed gold.
     train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, shaping)}}
 
-    def make_one() -> Any:
-        env = make_env(train_eps, train_cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))
-        return Monitor(env, info_keywords=info_keys)
+    make_one = training_env_factory(train_eps, train_cfg, render_mode, min(64, n_docs), n_questions, info_keys)
 
     # DAgger alone needs no PPO envs: one in-process env gives the model its spaces and is never stepped by SB3.
     n_envs = n_envs_of(tc) if runs_ppo else 1

@@ -27,8 +27,10 @@ LLM policy's round is submitted.
 """
 from __future__ import annotations
 
+from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import IntEnum
+from functools import lru_cache
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -263,10 +265,7 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
         if search is None:
             raise ValueError("SearchEvidence needs a search function")
         scores = np.asarray(search(), dtype=np.float32)
-        pages = (state.node_state[: gi.n_pages] == UNVISITED).nonzero()[0]
-        take = min(state.round_left, state.acts_left, len(pages))
-        # best scores first; a stable sort keeps ascending page order among ties
-        best = pages[np.argsort(-scores[pages], kind="stable")[:take]]
+        best = _best_unvisited_pages(state, scores, min(state.round_left, state.acts_left))
         for p in best.tolist():
             state.activate(p)
             c.acts_used += 1
@@ -282,14 +281,83 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
     return res
 
 
+_SEARCH_ORDERS: "OrderedDict[int, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
+_MAX_SEARCH_ORDERS = 256
+
+
+def _best_unvisited_pages(state: EvidenceState, scores: np.ndarray, budget: int) -> np.ndarray:
+    """The ``budget`` best-scoring UNVISITED pages, best first; ties in ascending page order.
+
+    Why a cache: SearchEvidence scores are themselves cached per query (the
+    same array comes back for a repeated search), so the stable order of all
+    pages by score is kept per scores array and filtered by the current
+    state; filtering a stable order gives exactly the stable sort of the
+    unvisited pages alone.
+    """
+    gi, st = state.gi, state.node_state
+    if len(scores) != gi.n_pages:  # not one score per page: sort the unvisited pages directly
+        pages = (st[: gi.n_pages] == UNVISITED).nonzero()[0]
+        return pages[np.argsort(-scores[pages], kind="stable")[: min(budget, len(pages))]]
+    key = id(scores)
+    hit = _SEARCH_ORDERS.get(key)
+    if hit is not None and hit[0] is scores:
+        _SEARCH_ORDERS.move_to_end(key)
+        order = hit[1]
+    else:
+        order = np.argsort(-scores, kind="stable")
+        _SEARCH_ORDERS[key] = (scores, order)  # holds the array, so its id cannot be reused while cached
+        while len(_SEARCH_ORDERS) > _MAX_SEARCH_ORDERS:
+            _SEARCH_ORDERS.popitem(last=False)
+    ranked = order[st[order] == UNVISITED]
+    return ranked[: min(budget, len(ranked))]
+
+
+def _slot_rules(st: np.ndarray, pst: np.ndarray, is_el: np.ndarray, can_activate: bool, can_search: bool,
+                can_open: bool) -> np.ndarray:
+    """bool [len(st), n_slot_ops] in :data:`SLOT_OPS` order: which slot operations a node accepts.
+
+    ``st``/``pst``: the node's and its page's state; ``is_el``: the node is an
+    element. The vectorised twin of :func:`check_operation`'s per-node rules.
+    """
+    out = np.zeros((len(st), len(SLOT_OPS)), dtype=bool)
+    if can_activate:
+        out[:, _ROWS[Op.ACTIVATE_PAGE]] = pst == UNVISITED
+        out[:, _ROWS[Op.ACTIVATE_NODE]] = is_el & (st == UNVISITED) & (pst != PRUNED)
+        if can_search:
+            out[:, _ROWS[Op.SEARCH]] = True
+    if can_open:
+        out[:, _ROWS[Op.OPEN_NODE]] = is_el & (st == ACTIVATED)
+    out[:, _ROWS[Op.PRUNE]] = (st == ACTIVATED) | (st == OPENED)
+    return out
+
+
+def _rule_tables() -> np.ndarray:
+    """bool [8, 32, n_slot_ops]: :func:`_slot_rules` for every budget case (can_activate + 2 * can_search +
+    4 * can_open) and every node code (8 * state + 2 * page state + is_element)."""
+    code = np.arange(32)
+    st, pst, is_el = (code // 8).astype(np.int8), ((code // 2) % 4).astype(np.int8), (code % 2).astype(bool)
+    return np.stack([_slot_rules(st, pst, is_el, bool(c & 1), bool(c & 2), bool(c & 4)) for c in range(8)])
+
+
+_RULES = _rule_tables()
+
+
+@lru_cache(maxsize=None)
+def _layout(K: int) -> ActionLayout:
+    return ActionLayout(K)
+
+
 def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -> np.ndarray:
     """bool [ActionLayout(K).n]: exactly the flat actions :func:`apply_operation` accepts.
 
     Vectorised twin of :func:`check_operation` over the ``K`` slot nodes
-    (``n``: how many leading slots are filled; computed when None).
+    (``n``: how many leading slots are filled; computed when None): each
+    filled slot's node is coded by its state, its page's state and whether it
+    is an element, and its row of the mask is read from :func:`_slot_rules`
+    tabulated for the budget's case.
     """
-    layout = ActionLayout(len(slots))
-    mask = layout.empty_mask()
+    layout = _layout(len(slots))
+    mask = np.zeros(layout.n, dtype=bool)
     mask[layout.STOP] = True  # after the end only Stop stays marked, so a mask is never empty (vector envs)
     if state.stopped:
         return mask
@@ -299,18 +367,9 @@ def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -
         return mask
     gi = state.gi
     s = slots[:n]
-    st = state.node_state[s]
-    pst = state.node_state[gi.node_page[s]]
-    is_el = s >= gi.n_pages  # pages come first in node order
-    block = layout.blocks(mask)  # a view: rows follow SLOT_OPS
-    row = layout.row
-    if state.round_left > 0 and state.acts_left > 0:
-        unvisited = st == UNVISITED
-        block[row(Op.ACTIVATE_PAGE), :n] = pst == UNVISITED
-        block[row(Op.ACTIVATE_NODE), :n] = is_el & unvisited & (pst != PRUNED)
-        if state.n_unvisited_pages > 0:
-            block[row(Op.SEARCH), :n] = True
-    if state.opens_left > 0:
-        block[row(Op.OPEN_NODE), :n] = is_el & (st == ACTIVATED)
-    block[row(Op.PRUNE), :n] = (st == ACTIVATED) | (st == OPENED)
+    node_state = state.node_state
+    code = node_state[s] * 8 + node_state[gi.node_page[s]] * 2 + (s >= gi.n_pages)  # pages come first
+    can_activate = state.round_left > 0 and state.acts_left > 0
+    case = can_activate + 2 * (can_activate and state.n_unvisited_pages > 0) + 4 * (state.opens_left > 0)
+    layout.blocks(mask)[:, :n] = _RULES[case][code].T  # a view: rows follow SLOT_OPS
     return mask

@@ -32,19 +32,43 @@ def slot_nodes(state: EvidenceState, order: np.ndarray, K: int) -> np.ndarray:
     return fill_slots(state, order, K)[0]
 
 
+#: First chunk of the frontier scan (ranks); doubled until enough frontier nodes are found.
+_SCAN0 = 1024
+
+
 def fill_slots(state: EvidenceState, order: np.ndarray, K: int) -> tuple[np.ndarray, int]:
-    """:func:`slot_nodes` and the number of filled slots (they are filled from the front)."""
+    """:func:`slot_nodes` and the number of filled slots (they are filled from the front).
+
+    The frontier's best nodes are found by scanning ``frontier_ranked`` in
+    growing chunks from the best rank, so a step does not scan all ``n``
+    ranks when the first few thousand already hold ``K`` frontier nodes
+    (same result as one ``nonzero`` over the whole array).
+    """
     out = np.full(K, -1, dtype=np.intp)
-    w = state.working[:K]
-    nw = len(w)
+    w = state.working
+    nw = min(len(w), K)
     if nw:
-        out[:nw] = w
+        out[:nw] = w[:nw]
     need = K - nw
     nf = 0
     if need > 0:
-        ranks = state.frontier_ranked.nonzero()[0][:need]
-        nf = len(ranks)
-        out[nw : nw + nf] = order[ranks]
+        fr = state.frontier_ranked
+        n = len(fr)
+        lo, chunk = 0, _SCAN0
+        found: list[np.ndarray] = []
+        while lo < n:
+            hi = min(n, lo + chunk)
+            r = fr[lo:hi].nonzero()[0]
+            if len(r):
+                r = r[: need - nf] + lo
+                found.append(r)
+                nf += len(r)
+                if nf >= need:
+                    break
+            lo, chunk = hi, chunk * 2
+        if nf:
+            ranks = found[0] if len(found) == 1 else np.concatenate(found)
+            out[nw: nw + nf] = order[ranks]
     return out, nw + nf
 
 

@@ -145,6 +145,11 @@ def shared_retriever(name: str, **cfg: Any) -> Retriever:
     return _RETRIEVERS[key]
 
 
+def reserve_questions(n: int) -> None:
+    """Keep the relevance of at least ``n`` (graph, question) pairs (a training env cycles through its episodes)."""
+    _QUESTIONS.max_entries = max(_QUESTIONS.max_entries, int(n))
+
+
 def clear_caches() -> None:
     """Forget cached question relevance, search scores and question vectors (retriever indexes stay).
 

@@ -37,25 +37,64 @@ DYN_PAGEACT = DYN_ACTPOS + 1  # the node's page is ACTIVATED
 DYN_LINKER = DYN_PAGEACT + 1
 N_DYN = DYN_LINKER + 1
 
-_NBR_DYN: "weakref.WeakKeyDictionary[GraphIndex, tuple[np.ndarray, np.ndarray]]" = weakref.WeakKeyDictionary()
+class _GraphAux:
+    """Per-graph arrays the updates read, derived once per process from the :class:`GraphIndex`.
+
+    Why: an activation is a dozen small numpy calls, so per-call overheads
+    matter: CSR bounds as Python ints (slicing with them is cheaper than with
+    numpy scalars), the flat ``dyn`` indices of every merged-CSR entry (one
+    fancy write per update), and a page range for the distance update.
+    """
+
+    __slots__ = ("ptr", "page_lo", "page_hi", "link_idx", "linker_idx", "pages", "__weakref__")
+
+    def __init__(self, gi: GraphIndex) -> None:
+        self.ptr: list[int] = gi.nbr_ptr.tolist()
+        self.page_lo: list[int] = gi.page_lo.tolist()
+        self.page_hi: list[int] = gi.page_hi.tolist()
+        self.link_idx = gi.nbr * N_DYN + DYN_LINK0 + gi.nbr_kind.astype(np.intp)  # (neighbour, its link column)
+        self.linker_idx = gi.nbr * N_DYN + DYN_LINKER  # (neighbour, DYN_LINKER)
+        self.pages = np.arange(gi.n_pages, dtype=np.intp)
+
+
+_AUX: "weakref.WeakKeyDictionary[GraphIndex, _GraphAux]" = weakref.WeakKeyDictionary()
+_LAST_AUX: list = [None, None]  # (weakref to the last graph index, its aux): skips the dictionary on the hot path
+
+
+def _aux(gi: GraphIndex) -> _GraphAux:
+    ref = _LAST_AUX[0]
+    if ref is not None and ref() is gi:
+        return _LAST_AUX[1]
+    aux = _AUX.get(gi)
+    if aux is None:
+        aux = _AUX[gi] = _GraphAux(gi)
+    _LAST_AUX[0], _LAST_AUX[1] = weakref.ref(gi), aux
+    return aux
 
 
 def _nbr_dyn_pair(gi: GraphIndex) -> tuple[np.ndarray, np.ndarray]:
     """Per merged-CSR entry, the flat ``dyn`` indices of (neighbour, its link column) and of (neighbour,
     DYN_LINKER): one fancy write each per update."""
-    pair = _NBR_DYN.get(gi)
-    if pair is None:
-        pair = (gi.nbr * N_DYN + DYN_LINK0 + gi.nbr_kind.astype(np.intp), gi.nbr * N_DYN + DYN_LINKER)
-        _NBR_DYN[gi] = pair
-    return pair
+    aux = _aux(gi)
+    return aux.link_idx, aux.linker_idx
 
 
 def _page_distances(n_pages: int, node_state: np.ndarray) -> np.ndarray:
-    """intp [n_pages]: pages to the nearest ACTIVATED page (``n_pages`` where none is): after a page prune."""
-    active = np.flatnonzero(node_state[:n_pages] == ACTIVATED)
-    if not len(active):
+    """intp [n_pages]: pages to the nearest ACTIVATED page (``n_pages`` where none is): after a page prune.
+
+    Two running sweeps (the nearest active page at or before each page, and at
+    or after it), so the cost is linear in the pages whatever their number.
+    """
+    active = node_state[:n_pages] == ACTIVATED
+    if not active.any():
         return np.full(n_pages, n_pages, dtype=np.intp)
-    return np.abs(np.arange(n_pages)[:, None] - active[None, :]).min(axis=1)
+    idx = np.arange(n_pages, dtype=np.intp)
+    far = 2 * n_pages  # farther than any page: a side without an active page never wins the minimum
+    before = np.where(active, idx, -far)
+    np.maximum.accumulate(before, out=before)
+    after = np.where(active, idx, far)[::-1]
+    after = np.minimum.accumulate(after)[::-1]
+    return np.minimum(idx - before, after - idx)
 
 
 @dataclass
@@ -174,29 +213,31 @@ class EvidenceState:
         environment: a handful of numpy calls on the node's neighbour slice.)
         """
         gi, st, fr, rank = self.gi, self.node_state, self.frontier_ranked, self.rank_of
+        aux = _aux(gi)
         st[u] = ACTIVATED
         pos = len(self.activation_order)
         self.act_pos[u] = pos
         self.activation_order.append(u)
         self.working.append(u)
-        lo, hi = gi.nbr_ptr[u], gi.nbr_ptr[u + 1]
+        lo, hi = aux.ptr[u], aux.ptr[u + 1]
         self.rel_count[gi.nbr_flat[lo:hi]] += 1  # flat indices of one node are distinct (see graph_index)
         fr[rank[u]] = False
         nb = gi.nbr[lo:hi]
         fr[rank[nb[st[nb] == UNVISITED]]] = True
-        flat = self._dyn_flat
+        flat = self.dyn.reshape(-1)  # a view: dyn is C-contiguous
         base = u * N_DYN
         flat[base + DYN_ACTIVATED] = 1.0
         flat[base + DYN_ACTPOS] = min(1.0, (pos + 1) / max(1, self.budget.max_working_set))
-        link_idx, linker_idx = _nbr_dyn_pair(gi)
-        flat[link_idx[lo:hi]] = 1.0
-        cells = linker_idx[lo:hi]  # a neighbour linked by several kinds repeats: every copy gets the same max
+        flat[aux.link_idx[lo:hi]] = 1.0
+        cells = aux.linker_idx[lo:hi]  # a neighbour linked by several kinds repeats: every copy gets the same max
         flat[cells] = np.maximum(flat[cells], 1.0 - rank[u] / len(rank))
         if u < gi.n_pages:
             self.n_unvisited_pages -= 1
-            np.minimum(self.page_dist, np.abs(np.arange(gi.n_pages) - u), out=self.page_dist)
-            elo, ehi = int(gi.page_lo[u]), int(gi.page_hi[u])
-            fr[rank[(st[elo:ehi] == UNVISITED).nonzero()[0] + elo]] = True
+            d = aux.pages - u
+            np.abs(d, out=d)
+            np.minimum(self.page_dist, d, out=self.page_dist)
+            elo, ehi = aux.page_lo[u], aux.page_hi[u]
+            fr[rank[elo:ehi][st[elo:ehi] == UNVISITED]] = True
             flat[base + DYN_PAGEACT] = 1.0
             flat[elo * N_DYN + DYN_PAGEACT: ehi * N_DYN: N_DYN] = 1.0
 
@@ -246,34 +287,39 @@ class EvidenceState:
 
     def prune(self, u: int) -> list[int]:
         """Prune ``u`` (and, for a page, all its elements). Returns the changed node indices."""
-        targets = [u]
-        if self.gi.is_page[u]:
-            lo, hi = int(self.gi.page_lo[u]), int(self.gi.page_hi[u])
-            targets += [v for v in range(lo, hi) if self.node_state[v] != PRUNED]
-        parts = [np.asarray(targets, dtype=np.intp)]
-        for v in targets:
-            prev = self.node_state[v]
-            self.node_state[v] = PRUNED
-            if prev == ACTIVATED or prev == OPENED:
+        gi, st = self.gi, self.node_state
+        is_page = u < gi.n_pages
+        if is_page:  # the page, then its elements not yet pruned, in node order
+            lo, hi = int(gi.page_lo[u]), int(gi.page_hi[u])
+            tg = np.concatenate(([u], np.flatnonzero(st[lo:hi] != PRUNED) + lo)).astype(np.intp, copy=False)
+        else:
+            tg = np.array([u], dtype=np.intp)
+        prev = st[tg]
+        st[tg] = PRUNED
+        parts = [tg]
+        live = (prev == ACTIVATED) | (prev == OPENED)
+        if live.any():
+            ptr = _aux(gi).ptr
+            for v in tg[live].tolist():  # one at a time: two of them may share a neighbour (repeated flat indices)
                 self.working.remove(v)
-                nb, flat = self._neighbours(v)
-                self.rel_count[flat] -= 1
-                parts.append(nb)
-            elif prev == UNVISITED and self.gi.is_page[v]:
-                self.n_unvisited_pages -= 1
-        touched = np.concatenate(parts)
+                lo_v, hi_v = ptr[v], ptr[v + 1]
+                self.rel_count[gi.nbr_flat[lo_v:hi_v]] -= 1
+                parts.append(gi.nbr[lo_v:hi_v])
+        if is_page and prev[0] == UNVISITED:
+            self.n_unvisited_pages -= 1
+        touched = np.concatenate(parts) if len(parts) > 1 else tg
         self._refresh_frontier(touched)
-        dyn, tg = self.dyn, parts[0]
+        dyn = self.dyn
         dyn[tg, DYN_ACTIVATED] = 0.0
         dyn[tg, DYN_OPENED] = 0.0
         dyn[tg, DYN_PRUNED] = 1.0
         dyn[touched, DYN_LINK0: DYN_LINK0 + N_KINDS] = self.rel_count.reshape(-1, N_KINDS)[touched] > 0
         self._recompute_linker(np.unique(touched))
-        if self.gi.is_page[u]:
-            self.page_dist[:] = _page_distances(self.gi.n_pages, self.node_state)
+        if is_page:
+            self.page_dist[:] = _page_distances(gi.n_pages, st)
             dyn[u, DYN_PAGEACT] = 0.0
-            dyn[int(self.gi.page_lo[u]): int(self.gi.page_hi[u]), DYN_PAGEACT] = 0.0
-        return targets
+            dyn[lo:hi, DYN_PAGEACT] = 0.0
+        return tg.tolist()
 
     # --- queries ------------------------------------------------------------------
 

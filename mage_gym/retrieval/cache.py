@@ -19,6 +19,24 @@ from mage_gym.graph.graph import EvidenceGraph
 
 T = TypeVar("T")
 
+_LIVE: "weakref.WeakSet[GraphIndexCache]" = weakref.WeakSet()
+_FLOOR = 1  # no cache of this process holds fewer graphs than this (see reserve_graphs)
+
+
+def reserve_graphs(n: int) -> None:
+    """Let every per-graph cache of this process hold at least ``n`` graphs, now and when created later.
+
+    Why: a training env cycles through a corpus of ``n`` document graphs it
+    keeps in memory; caches of their indexes (retrievers, graph index, page
+    views) holding fewer would rebuild an index at almost every reset. Only
+    raises bounds; a cache is a pure function of its graph, so results do not
+    change.
+    """
+    global _FLOOR
+    _FLOOR = max(_FLOOR, int(n))
+    for cache in list(_LIVE):
+        cache.max_graphs = max(cache.max_graphs, _FLOOR)
+
 
 class GraphIndexCache(Generic[T]):
     """``get(graph, build)`` returns ``build(graph)`` once per live graph object.
@@ -30,10 +48,11 @@ class GraphIndexCache(Generic[T]):
     def __init__(self, max_graphs: int = 8) -> None:
         if max_graphs < 1:
             raise ValueError(f"max_graphs must be >= 1, got {max_graphs}")
-        self.max_graphs = max_graphs
+        self.max_graphs = max(max_graphs, _FLOOR)
         self._entries: OrderedDict[int, tuple[weakref.ref, T]] = OrderedDict()
         self._lock = threading.Lock()
         self._dead: list[weakref.ref] = []
+        _LIVE.add(self)
 
     def __getstate__(self) -> dict:
         """Pickle the settings only: indexes are rebuilt in the receiving process.

@@ -161,3 +161,34 @@ def _toy_part(doc: str, episode_id: str, question: str, page: int, element: int 
     return Episode(episode_id=episode_id, benchmark="mmlongbench", doc_id=doc, source=f"<{doc}>", question=question,
                    answer="x", answer_format="Str", evidence_pages=(page,),
                    gold_node_ids=(f"{doc}:p{page}:e{element}",))
+
+
+def graph_from_texts(pages: Sequence[Sequence[str]], doc_id: str = "texts", dim: int = 32, seed: int = 0,
+                     meta: dict | None = None) -> EvidenceGraph:
+    """A graph with one paragraph element per text (``pages[p][j]``), no edges and random unit vectors.
+
+    For retriever tests: BM25 and page-text channels read the texts; the
+    vectors only fill the dense slots (``meta`` names the encoder, e.g.
+    ``{"embed_model": "hashing-bow-32"}``, for channels that re-encode).
+    """
+    rng = np.random.default_rng(seed)
+    page_recs: list[Page] = []
+    elements: list[Element] = []
+    for p, texts in enumerate(pages):
+        for j, t in enumerate(texts):
+            elements.append(Element(node_id=element_id(doc_id, p, j), page=p, index=j, type="paragraph",
+                                    bbox=(0.1, 0.1 * j, 0.9, 0.1 * j + 0.08), text=t, summary=t[:40],
+                                    reading_order=len(elements)))
+        page_recs.append(Page(node_id=page_id(doc_id, p), index=p, width=612.0, height=792.0,
+                              text="\n".join(t for t in texts if t), summary="", n_elements=len(texts)))
+
+    def unit(n: int) -> np.ndarray:
+        v = rng.normal(size=(n, dim)).astype(np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    return EvidenceGraph(
+        doc_id=doc_id, source=DocumentSource(kind="pdf", path="<none>"), pages=page_recs, elements=elements,
+        edge_src=np.zeros(0, np.int32), edge_dst=np.zeros(0, np.int32), edge_kind=np.zeros(0, np.int8),
+        edge_weight=np.zeros(0, np.float32), edge_label=[], page_vectors=unit(len(page_recs)),
+        element_vectors=unit(len(elements)), meta=dict(meta or {"parser": "test"}),
+    )

@@ -90,3 +90,15 @@ def best_slot(scores: np.ndarray, allowed: np.ndarray) -> int | None:
     if not len(idx):
         return None
     return int(idx[np.argmax(scores[idx])])
+
+
+def prune_to_make_room(v: SlotView, mask: np.ndarray, slot_pages: np.ndarray, keep: set[int], K: int) -> int | None:
+    """PruneNode on the least relevant prunable page slot whose page is not in ``keep``, or None.
+
+    Why: when the frontier fills all ``K`` slots, nodes ranked below them stay
+    hidden; dropping a page that does not matter lets them up (graph_follower
+    keeps the pages it follows, the oracle keeps gold pages).
+    """
+    can_prune = op_mask(mask, Op.PRUNE, K) & v.is_page & ~np.isin(slot_pages, list(keep))
+    s = best_slot(-v.rel, can_prune)
+    return None if s is None else action_of(Op.PRUNE, s, K)

@@ -47,7 +47,7 @@ import numpy as np
 
 from mage_gym.env import Op
 from policies.base import EnvBoundPolicy, EnvInfo
-from policies.features import SlotView, action_of, best_slot, op_mask
+from policies.features import SlotView, action_of, best_slot, op_mask, prune_to_make_room
 
 #: Relations followed by default, in priority order.
 DEFAULT_KINDS: tuple[str, ...] = ("reference", "semantic", "section")
@@ -126,12 +126,10 @@ class GraphFollowerPolicy(EnvBoundPolicy):
                     return self._activated(Op.ACTIVATE_NODE, s, int(slots[s]), K)
             if self.make_room and valid.all():
                 anchor_page = int(g.node_page[self._anchors[0]]) if self._anchors else -1
-                keep = self._followed | {anchor_page}
-                can_prune = op_mask(mask, Op.PRUNE, K) & v.is_page & ~np.isin(spage, list(keep))
-                s = best_slot(-v.rel, can_prune)
-                if s is not None:
+                prune = prune_to_make_room(v, mask, spage, self._followed | {anchor_page}, K)
+                if prune is not None:
                     self.count("prunes_to_make_room")
-                    return action_of(Op.PRUNE, s, K)
+                    return prune
             self.count("pages_without_slot")
             self._plan.pop(0)
         return 0

@@ -50,7 +50,7 @@ import numpy as np
 from mage_gym.coverage import cover
 from mage_gym.env import Op
 from policies.base import EnvBoundPolicy, EnvInfo
-from policies.features import SlotView, action_of, best_slot, op_mask
+from policies.features import SlotView, action_of, op_mask, prune_to_make_room
 
 
 class OraclePolicy(EnvBoundPolicy):
@@ -144,11 +144,10 @@ class OraclePolicy(EnvBoundPolicy):
                     return action_of(Op.ACTIVATE_NODE, s, K)
         if valid.all():  # rule 5: the frontier was cut at K; drop a non-gold page to let hidden nodes up
             gold_pages = {int(p) for p in view.item_pages} | {int(p) for p in view.pages}
-            can_prune = op_mask(mask, Op.PRUNE, K) & v.is_page & ~np.isin(spage, list(gold_pages))
-            s = best_slot(-v.rel, can_prune)
-            if s is not None:
+            prune = prune_to_make_room(v, mask, spage, gold_pages, K)
+            if prune is not None:
                 self.count("prunes_to_make_room")
-                return action_of(Op.PRUNE, s, K)
+                return prune
         self.count("stops_no_gold_in_slots")
         return 0
 

@@ -14,13 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mage_gym.graph.graph import EvidenceGraph
-from mage_gym.graph.schema import DocumentSource, Element, Page, element_id, page_id
 from mage_gym.retrieval import Query, get_retriever, rrf
 from mage_gym.retrieval.fusion import density_gate, interleave_scores, normalized, normalized_sum
 from mage_gym.retrieval.hybrid import (
     HYBRID_ADAPTIVE, DensityGatedHybrid, HybridRetriever, document_text_density,
 )
-from mage_gym.testing import HashingEncoder
+from mage_gym.testing import HashingEncoder, graph_from_texts
 
 
 def test_normalisations_put_channels_on_one_scale() -> None:
@@ -67,25 +66,8 @@ def test_density_gate_is_a_clipped_ramp_or_a_step() -> None:
 
 
 def make_graph(pages: list[list[str]], doc_id: str = "gate", dim: int = 32) -> EvidenceGraph:
-    rng = np.random.default_rng(1)
-    page_recs, elements = [], []
-    for p, texts in enumerate(pages):
-        for j, t in enumerate(texts):
-            elements.append(Element(node_id=element_id(doc_id, p, j), page=p, index=j, type="paragraph",
-                                    bbox=(0.1, 0.1 * j, 0.9, 0.1 * j + 0.08), text=t, summary=t[:40],
-                                    reading_order=len(elements)))
-        page_recs.append(Page(node_id=page_id(doc_id, p), index=p, width=612.0, height=792.0,
-                              text="\n".join(texts), summary="", n_elements=len(texts)))
-
-    def unit(n: int) -> np.ndarray:
-        v = rng.normal(size=(n, dim)).astype(np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-    return EvidenceGraph(
-        doc_id=doc_id, source=DocumentSource(kind="pdf", path="<none>"), pages=page_recs, elements=elements,
-        edge_src=np.zeros(0, np.int32), edge_dst=np.zeros(0, np.int32), edge_kind=np.zeros(0, np.int8),
-        edge_weight=np.zeros(0, np.float32), edge_label=[], page_vectors=unit(len(page_recs)),
-        element_vectors=unit(len(elements)), meta={"parser": "test", "embed_model": "hashing-bow-32"})
+    return graph_from_texts(pages, doc_id=doc_id, dim=dim, seed=1,
+                            meta={"parser": "test", "embed_model": "hashing-bow-32"})
 
 
 SLIDES = [["Revenue by region", "Asia 40%"], ["Headcount", "1,200 staff"], ["Outlook", "growth in Asia"]]

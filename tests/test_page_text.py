@@ -14,12 +14,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from mage_gym.graph.graph import EvidenceGraph
-from mage_gym.graph.schema import DocumentSource, Element, Page, element_id, page_id
 from mage_gym.retrieval import DEFAULT_HYBRID, HYBRID_PRESETS, Query, get_retriever, rrf
 from mage_gym.retrieval.hybrid import HybridRetriever
 from mage_gym.retrieval.page_text import (
     ChunkVectorStore, PageTextDenseRetriever, cache_key, encoder_for_graph, page_chunks, split_page_text,
 )
+from mage_gym.testing import graph_from_texts
 
 
 class CountingEncoder:
@@ -42,26 +42,7 @@ FILLER = " ".join(f"filler{i}" for i in range(400))  # a long page: ~4,000 chara
 
 
 def make_graph(pages: list[list[str]], dim: int = 32, doc_id: str = "pt", meta: dict | None = None) -> EvidenceGraph:
-    rng = np.random.default_rng(0)
-    page_recs, elements = [], []
-    for p, texts in enumerate(pages):
-        for j, t in enumerate(texts):
-            elements.append(Element(node_id=element_id(doc_id, p, j), page=p, index=j, type="paragraph",
-                                    bbox=(0.1, 0.1 * j, 0.9, 0.1 * j + 0.08), text=t, summary=t[:40],
-                                    reading_order=len(elements)))
-        page_recs.append(Page(node_id=page_id(doc_id, p), index=p, width=612.0, height=792.0,
-                              text="\n".join(t for t in texts if t), summary="", n_elements=len(texts)))
-
-    def unit(n: int) -> np.ndarray:
-        v = rng.normal(size=(n, dim)).astype(np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-    return EvidenceGraph(
-        doc_id=doc_id, source=DocumentSource(kind="pdf", path="<none>"), pages=page_recs, elements=elements,
-        edge_src=np.zeros(0, np.int32), edge_dst=np.zeros(0, np.int32), edge_kind=np.zeros(0, np.int8),
-        edge_weight=np.zeros(0, np.float32), edge_label=[], page_vectors=unit(len(page_recs)),
-        element_vectors=unit(len(elements)), meta=dict(meta or {"parser": "test"}),
-    )
+    return graph_from_texts(pages, doc_id=doc_id, dim=dim, seed=0, meta=meta)
 
 
 REPORT = [

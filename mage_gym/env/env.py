@@ -42,10 +42,10 @@ from mage_gym.env.outcome import Outcome, score_episode
 from mage_gym.env.privileged import PrivilegedAccessError, PrivilegedView
 from mage_gym.env.relevance import EpisodeRelevance, QueryFn
 from mage_gym.env.search import EnvRetrieval
-from mage_gym.env.state import ACTIVATED, EvidenceState
+from mage_gym.env.state import ACTIVATED, UNVISITED, EvidenceState
 from mage_gym.env.text_view import build_text_view, frontier_candidates, recent_buffer
 from mage_gym.env.turns import (
-    Conversation, TurnRecord, aggregate_outcomes, carry_state, history_xml, reader_question,
+    Conversation, TurnRecord, aggregate_outcomes, carry_state, reader_question,
 )
 from mage_gym.readers.base import Reader, ReaderOutput, RenderedInput
 from mage_gym.render import RENDER_MODES, RenderConfig, render
@@ -425,9 +425,7 @@ class MageRAGEnv(gym.Env):
             if inside.any():
                 state.block_pages(np.flatnonzero(~inside))
                 entry = entry[inside[entry]]
-        for p in entry[: self.budget.k].tolist():
-            state.activate(p)
-            state.counters.free_acts += 1
+        _activate_entry_pages(state, entry[: self.budget.k].tolist())
         self._loaded, self.gi, self.rel, self.state = loaded, gi, rel, state
         self._question = public.question
         self._question_vec = question_features(rel)
@@ -475,12 +473,8 @@ class MageRAGEnv(gym.Env):
     def text_view(self) -> str:
         """The state as escaped XML text for LLM policies (no gold in it)."""
         state = self._require()
-        view = build_text_view(state, self.question, self._current_slots(), list(self._recent))
-        history = self.conversation_history
-        if history:  # earlier questions and the reader's answers, right after the question
-            head, sep, rest = view.partition("</question>\n")
-            view = head + sep + history_xml(history) + "\n" + rest
-        return view
+        return build_text_view(state, self.question, self._current_slots(), list(self._recent),
+                                self.conversation_history)
 
     def candidates(self) -> list[str]:
         """Node ids of the text view's numbered candidates (candidate ``n`` is item ``n - 1``)."""
@@ -681,10 +675,9 @@ class MageRAGEnv(gym.Env):
         budget = conv.turn_budget(self.budget)
         state = carry_state(old, budget, rel.rank_of) if self.carry_over else EvidenceState.new(
             old.gi, budget, rel.rank_of)
-        entry = [p for p in rel.page_order[: self.budget.k].tolist() if state.node_state[p] == 0]
-        for p in entry:  # the new question's entry pages are free; pages already held cost nothing
-            state.activate(p)
-            state.counters.free_acts += 1
+        # the new question's entry pages are free; pages already held cost nothing
+        _activate_entry_pages(state, [p for p in rel.page_order[: self.budget.k].tolist()
+                                      if state.node_state[p] == UNVISITED])
         self._prev_question_vec = self._question_vec
         self.rel, self.state, self._question = rel, state, question
         self._question_vec = question_features(rel)
@@ -789,3 +782,10 @@ class MageRAGEnv(gym.Env):
     @property
     def last_reader_output(self) -> ReaderOutput | None:
         return None if self._terminal is None else self._terminal["reader_output"]
+
+
+def _activate_entry_pages(state: EvidenceState, pages: Sequence[int]) -> None:
+    """Activate a question's entry pages for free (at reset, and for each later question of a conversation)."""
+    for p in pages:
+        state.activate(p)
+        state.counters.free_acts += 1

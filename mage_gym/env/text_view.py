@@ -14,7 +14,7 @@ their ``id`` from ``<evidence_state>``.
 from __future__ import annotations
 
 from collections import deque
-from typing import Iterable
+from typing import Iterable, Sequence
 
 import numpy as np
 
@@ -58,10 +58,18 @@ def _page_attrs(gi: GraphIndex, p: int, name: str) -> str:
 
 
 def build_text_view(state: EvidenceState, question: str, slots: np.ndarray,
-                    recent: Iterable[tuple[str, str, bool, str | None]]) -> str:
+                    recent: Iterable[tuple[str, str, bool, str | None]],
+                    history: Sequence[tuple[str, str | None]] = ()) -> str:
+    """The view; ``history``: a conversation's earlier questions and the reader's answers (never gold)."""
     gi, b, c = state.gi, state.budget, state.counters
     st = state.node_state
     lines = ["<mage_state>", f"  <question>{esc(question)}</question>"]
+    if history:
+        lines.append("  <conversation>")
+        for i, (q, a) in enumerate(history):
+            answer = "" if a is None else esc(a)
+            lines.append(f'    <turn n="{i + 1}"><question>{esc(q)}</question><answer>{answer}</answer></turn>')
+        lines.append("  </conversation>")
     lines.append(
         f'  <budget round="{min(c.round + 1, b.T)}" rounds="{b.T}" activations_left_in_round="{state.round_left}" '
         f'activations_left="{state.acts_left}" opens_left="{state.opens_left}" '

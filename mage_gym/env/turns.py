@@ -33,7 +33,6 @@ import numpy as np
 from mage_gym.env.budget import Budget
 from mage_gym.env.outcome import Outcome
 from mage_gym.env.state import OPENED, EvidenceState
-from mage_gym.render import esc
 
 #: Default conversation-wide cap on paid activations, as a multiple of the per-turn ``M``.
 DEFAULT_CAP_FACTOR = 2
@@ -101,16 +100,6 @@ class Conversation:
         return [(t.question, t.answer) for t in self.finished]
 
 
-def history_xml(history: Sequence[tuple[str, str | None]]) -> str:
-    """The ``<conversation>`` block of the text view: earlier questions and the reader's answers."""
-    lines = ["  <conversation>"]
-    for i, (q, a) in enumerate(history):
-        answer = "" if a is None else esc(a)
-        lines.append(f'    <turn n="{i + 1}"><question>{esc(q)}</question><answer>{answer}</answer></turn>')
-    lines.append("  </conversation>")
-    return "\n".join(lines)
-
-
 def reader_question(history: Sequence[tuple[str, str | None]], question: str) -> str:
     """What the reader is asked: the question itself, or, in a conversation, the earlier turns then the question.
 
@@ -167,4 +156,4 @@ def aggregate_outcomes(turns: Sequence[TurnRecord]) -> Outcome:
 
 
 __all__ = ["DEFAULT_CAP_FACTOR", "SUMMED_METRICS", "PER_TURN_KEYS", "carry_state", "TurnRecord", "Conversation",
-           "history_xml", "reader_question", "aggregate_outcomes"]
+           "reader_question", "aggregate_outcomes"]

@@ -16,6 +16,10 @@ at k = 1, 3, 5, 10 of
 * ``hybrid_adaptive``: RRF of all three with the page weight moved between
   ``dense`` and ``page_dense`` by the document's text density
   (``get_retriever("hybrid_adaptive")``, ``mage_gym.retrieval.hybrid.DensityGatedHybrid``);
+* ``hybrid_learned``: pages ranked by a linear learning-to-rank model over the
+  channels' ranks, their agreement, and crosses with document and question
+  features (``get_retriever("hybrid_learned")``, ``mage_gym.retrieval.learned_fusion``;
+  absent until its model file exists);
 * ``env_default``: the environment's default retriever (``hybrid``) through
   the environment's own scoring (``mage_gym.env.relevance.score_question``).
 
@@ -45,11 +49,17 @@ worst dataset; the family is then chosen on the VAL splits by the same margin
 (so val is a selection split here, and only test is held out). The test splits
 are never read by either selection.
 
+``--select-learned`` fits that linear ranker on the TRAIN splits pooled (each
+question once) for every setting of a small grid (nested feature sets x L2
+penalty) and chooses the setting on the VAL splits by the same bar margin
+(``LEARNED_SELECTION_RULE``); ``--save-learned`` writes the chosen fit, which
+``mage_gym/retrieval/learned_fusion.json`` ships. Test splits are never read.
+
 ``issue_bar`` in ``results.json`` checks issue 19's bar on each test split:
 ``hybrid_pages`` recall@5 at least that of the better single channel
 (``hybrid_elements`` or ``page_text``), and on FinanceBench at least
 ``page_dense``'s; ``issue_bar_by_retriever`` does the same for every fused
-candidate (``hybrid_pages``, ``hybrid_adaptive``).
+candidate (``hybrid_pages``, ``hybrid_adaptive``, ``hybrid_learned``).
 
 Graphs come from the cache (``build_graph(..., parser="fast")``, what
 the benchmarks use); a document whose graph is not cached is skipped and
@@ -67,10 +77,15 @@ Run (page-text vectors are computed on first use and cached under
     # the adaptive fusion: choose on train + val, set mage_gym.retrieval.hybrid.HYBRID_ADAPTIVE, then measure all
     .venv/bin/python experiments/embed_quality.py --synth-root data_out/synth/train24_s6 --select-adaptive \\
         --splits train val --out outputs/embed_quality_adaptive_select
+    # the learned fusion: fit on train, choose on val, write the shipped model; then measure all with --select-learned
+    # (learned_selection.shipped_matches_chosen must be true)
+    .venv/bin/python experiments/embed_quality.py --synth-root data_out/synth/train24_s6 --select-learned \
+        --splits train val --save-learned mage_gym/retrieval/learned_fusion.json --out outputs/embed_quality_learned
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import itertools
 import json
@@ -90,9 +105,9 @@ from experiments.common.results import write_json
 KS = (1, 3, 5, 10)
 SPLITS = ("train", "val", "test")
 CHANNELS = ("bm25", "dense", "best_element", "page_dense")
-FUSED = ("page_text", "hybrid_elements", "hybrid_pages", "hybrid_adaptive", "env_default")
+FUSED = ("page_text", "hybrid_elements", "hybrid_pages", "hybrid_adaptive", "hybrid_learned", "env_default")
 #: Fused retrievers whose test figures are checked against issue 19's bar.
-BAR_CANDIDATES = ("hybrid_pages", "hybrid_adaptive")
+BAR_CANDIDATES = ("hybrid_pages", "hybrid_adaptive", "hybrid_learned")
 
 
 @dataclass
@@ -106,6 +121,8 @@ class QuestionScores:
     inside: np.ndarray | None  # bool [n_pages] for a page window, else None
     fused: dict[str, list[int]] = field(default_factory=dict)  # fused retriever -> top pages (window applied)
     density: dict[str, float] = field(default_factory=dict)  # the document's text density (hybrid.DENSITY_FEATURES)
+    question: str = ""  # the question text (the learned fusion's question features)
+    doc: dict[str, float] = field(default_factory=dict)  # learned_fusion.document_features of the document
 
 
 def ranked_pages(scores: np.ndarray, inside: np.ndarray | None, k: int) -> list[int]:
@@ -130,6 +147,7 @@ def collect(dataset: str, split: str, args: argparse.Namespace, retrievers: dict
     from mage_gym.graph.store import GraphNotBuiltError
     from mage_gym.retrieval import make_query
     from mage_gym.retrieval.hybrid import document_text_density
+    from mage_gym.retrieval.learned_fusion import document_features
 
     kw = {"root": args.synth_root} if dataset == "synth" and args.synth_root else {}
     episodes = load_dataset(dataset, split=split, **kw)
@@ -147,6 +165,7 @@ def collect(dataset: str, split: str, args: argparse.Namespace, retrievers: dict
             continue
         el_page = np.fromiter((e.page for e in graph.elements), dtype=np.intp, count=graph.n_elements)
         density = document_text_density(graph)
+        doc = document_features(graph)
         for ep in by_source[source]:
             gold = tuple(p for p in resolve_gold(ep, graph).pages if 0 <= p < graph.n_pages)
             if not gold:
@@ -167,9 +186,11 @@ def collect(dataset: str, split: str, args: argparse.Namespace, retrievers: dict
                 inside[lo: hi + 1] = True
             q = QuestionScores(ep.episode_id, ep.doc_id, gold,
                                {"bm25": bm25, "dense": dense.pages, "best_element": best, "page_dense": page_dense},
-                               inside, density=density)
+                               inside, density=density, question=ep.question, doc=doc)
             kmax = max(args.ks)
-            for name in ("page_text", "hybrid_elements", "hybrid_pages", "hybrid_adaptive"):
+            for name in ("page_text", "hybrid_elements", "hybrid_pages", "hybrid_adaptive", "hybrid_learned"):
+                if name not in retrievers:  # hybrid_learned before its model file exists (the selection run)
+                    continue
                 q.fused[name] = ranked_pages(retrievers[name].score(graph, query).pages, inside, kmax)
             rel = score_question(graph, retrievers["env_default"], query)
             entry = rel.page_order
@@ -192,6 +213,8 @@ def recall_rows(dataset: str, split: str, questions: list[QuestionScores], ks: t
         return [{"dataset": dataset, "split": split, "channel": None, "metrics": dict(counts)}]
     rows = []
     for ch in (*CHANNELS, *FUSED):
+        if ch not in CHANNELS and ch not in questions[0].fused:
+            continue
         if ch in CHANNELS:
             tops = [ranked_pages(q.scores[ch], q.inside, max(ks)) for q in questions]
         else:
@@ -417,6 +440,8 @@ def fused_scores(q: QuestionScores, setting: dict[str, Any]) -> np.ndarray:
     if fam == "gated":
         g = density_gate(q.density[setting["feature"]], setting["lo"], setting["width"])
         return rrf(arrays, [1.0, 1.0 - g, g], setting["k"])
+    if fam == "learned":  # a fitted LinearRanker (mage_gym.retrieval.learned_fusion), as hybrid_learned scores
+        return setting["model"].score_pages(q.scores, q.doc, q.question)
     raise ValueError(f"unknown fusion family {fam!r}")
 
 
@@ -486,6 +511,92 @@ def adaptive_preset_matches(preset: dict[str, Any], chosen: dict[str, Any]) -> b
             and all(abs(float(preset[k]) - float(chosen[k])) < 1e-9 for k in ("lo", "width", "k")))
 
 
+# --- learned fusion: a linear ranker fitted on train, its feature set and penalty chosen on val ------------------
+
+#: The learned fusion's grid: nested feature sets (mage_gym.retrieval.learned_fusion.FEATURE_SETS, simplest first)
+#: and L2 penalties (strongest first: on a tie the simpler, more regularised model wins).
+LEARNED_L2 = (1.0, 0.1, 0.01, 0.001)
+LEARNED_SELECTION_RULE = (
+    "A linear ranker over per-page features (mage_gym.retrieval.learned_fusion: each channel's percentile and "
+    "reciprocal rank in the document for bm25, dense, best_element, page_dense; then, nested, channel agreement "
+    "(how many channels rank the page in their top 1/3/5/10, best reciprocal rank, RRF sum), per-document z-scored "
+    "channel scores, the rank features crossed with document features (log pages, log characters per element, "
+    "share of image-only pages), and crossed with question features (log tokens, has a digit)), scored as "
+    "standardised features x weights. Fitted on the TRAIN splits of all datasets pooled (each question once: "
+    "softmax over its pages inside its page window, target spread evenly over its gold pages; L2 penalty; "
+    "L-BFGS from zero). Grid: the 5 nested feature sets x L2 in {1, 0.1, 0.01, 0.001}. Chosen on the VAL splits by "
+    "the bar margin of ADAPTIVE_SELECTION_RULE: the largest worst-dataset val margin (summed recall@5 minus the "
+    "best of hybrid_elements, page_text, and page_dense on financebench, in questions); ties: pooled val "
+    "recall@5 (each question once), then grid order (fewer features, stronger penalty). The chosen setting's "
+    "train fit is the shipped model. Test splits are never read.")
+
+
+def ranking_example(q: QuestionScores, groups: tuple[str, ...]):
+    """A question as a training example: features of the pages inside its window, gold rows among them."""
+    from mage_gym.retrieval.learned_fusion import RankingExample, page_features
+
+    x = page_features(q.scores, q.doc, q.question, groups)
+    rows = np.flatnonzero(q.inside) if q.inside is not None and q.inside.any() else np.arange(len(x))
+    where = {int(p): i for i, p in enumerate(rows)}
+    return RankingExample(features=x[rows], gold=tuple(where[g] for g in q.gold if g in where))
+
+
+def learned_settings() -> list[dict[str, Any]]:
+    """The learned fusion's grid in preference order (the last tie-break)."""
+    from mage_gym.retrieval.learned_fusion import FEATURE_SETS
+
+    return [{"family": "learned", "features": fs, "l2": l2} for fs in FEATURE_SETS for l2 in LEARNED_L2]
+
+
+def fit_learned(train: list[QuestionScores], setting: dict[str, Any], meta: dict[str, Any] | None = None):
+    """Fit one grid setting's ranker on the pooled train questions."""
+    from mage_gym.retrieval.learned_fusion import FEATURE_SETS, fit_ranker
+
+    groups = FEATURE_SETS[setting["features"]]
+    examples = [ranking_example(q, groups) for q in train]
+    return fit_ranker(examples, groups, setting["l2"], meta=meta)
+
+
+def select_learned(data: dict[str, dict[str, list[QuestionScores]]]) -> tuple[dict[str, Any], Any]:
+    """Choose the learned fusion by :data:`LEARNED_SELECTION_RULE`; returns the report block and the chosen model."""
+    splits = {sp: {ds: by[sp] for ds, by in data.items() if by.get(sp)} for sp in ("train", "val")}
+    if not splits["val"]:
+        raise ValueError("--select-learned chooses on the val splits: run with --splits including val")
+    targets = {sp: bar_targets(qs) for sp, qs in splits.items()}
+    train = [q for qs in splits["train"].values() for q in qs]
+    rows, models = [], []
+    for order, setting in enumerate(learned_settings()):
+        model = fit_learned(train, setting)
+        scored = {**setting, "model": model}
+        row = {"setting": setting, "features": len(model.names), "fit": dict(model.meta["fit"]),
+               "train": bar_margins(splits["train"], scored, targets["train"]),
+               "val": bar_margins(splits["val"], scored, targets["val"])}
+        rows.append(row)
+        models.append(model)
+    best = min(range(len(rows)), key=lambda i: (-round(rows[i]["val"]["worst_margin"], 9),
+                                               -round(rows[i]["val"]["pooled_recall5"], 9), i))
+    chosen = rows[best]
+    return ({"rule": LEARNED_SELECTION_RULE,
+             "questions": {sp: {ds: len(qs) for ds, qs in by.items()} for sp, by in splits.items()},
+             "targets_recall5_sums": targets,
+             "grid": {"feature_sets": sorted({s["features"] for s in learned_settings()}, key=[
+                 s["features"] for s in learned_settings()].index), "l2": list(LEARNED_L2), "settings": len(rows)},
+             "settings": rows, "chosen": chosen["setting"], "chosen_train": chosen["train"],
+             "chosen_val": chosen["val"],
+             "meets_bar_on_train": bool(chosen["train"]["worst_margin"] >= -1e-9),
+             "meets_bar_on_val": bool(chosen["val"]["worst_margin"] >= -1e-9)}, models[best])
+
+
+def learned_model_matches(shipped: Any, fitted: Any) -> bool:
+    """Whether the shipped ``learned_fusion.json`` is the chosen setting's train fit (same features, penalty,
+    weights and scales up to the fit's tolerance)."""
+    if shipped is None or shipped.names != fitted.names or shipped.l2 != fitted.l2:
+        return False
+    return bool(np.allclose(shipped.weights, fitted.weights, rtol=1e-5, atol=1e-6)
+                and np.allclose(shipped.mean, fitted.mean, rtol=1e-9, atol=1e-12)
+                and np.allclose(shipped.std, fitted.std, rtol=1e-9, atol=1e-12))
+
+
 def markdown(results: dict[str, Any]) -> str:
     """The tables the docs cite, generated from ``results.json`` alone."""
     names = (*CHANNELS, *FUSED)
@@ -549,6 +660,22 @@ def markdown(results: dict[str, Any]) -> str:
         for fam, r in ad["family_winners"].items():
             setting = {k: v for k, v in r["setting"].items() if k != "family"}
             lines.append(f"| {fam} | {setting} | {margins(r['train'])} | {margins(r['val'])} |")
+        lines.append("")
+    ls = results.get("learned_selection")
+    if ls:
+        def lm(r: dict[str, Any]) -> str:
+            return f"worst {r['worst_margin']:+.2f} q., pooled R@5 {r['pooled_recall5']:.3f} (" + ", ".join(
+                f"{d} {v:+.2f}" for d, v in r["margin_questions"].items()) + ")"
+
+        lines += ["## Learned fusion (`--select-learned`)", "", f"Rule: {ls['rule']}", "",
+                  f"Chosen: feature set {ls['chosen']['features']}, L2 {ls['chosen']['l2']}; meets the bar on train: "
+                  f"{ls['meets_bar_on_train']}, on val: {ls['meets_bar_on_val']}; shipped model matches: "
+                  f"{ls.get('shipped_matches_chosen')}.", "",
+                  "Bar margins (summed recall@5 minus the best rival's, in questions) of every grid setting, fitted "
+                  "on train:", "", "| feature set | L2 | features | train | val |", "|---|---|---|---|---|"]
+        for r in ls["settings"]:
+            lines.append(f"| {r['setting']['features']} | {r['setting']['l2']} | {r['features']} | {lm(r['train'])} "
+                         f"| {lm(r['val'])} |")
         lines.append("")
     sel = results.get("selection")
     if sel:
@@ -614,6 +741,13 @@ def main() -> None:
     ap.add_argument("--select", action="store_true", help="choose RRF weights and k on the train splits")
     ap.add_argument("--select-adaptive", action="store_true",
                     help="search the adaptive fusion families (parameters on train, family on val)")
+    ap.add_argument("--select-learned", action="store_true",
+                    help="fit the learned fusion on train for each grid setting, choose on val")
+    ap.add_argument("--save-learned", default=None,
+                    help="write the chosen learned model here (mage_gym/retrieval/learned_fusion.json ships it)")
+    ap.add_argument("--scores-cache", default=None,
+                    help="pickle of the collected channel scores: read if present (same datasets/splits), else "
+                         "written; fused rows then come from the cached run")
     ap.add_argument("--chunk-chars", type=int, default=None,
                     help="page_dense chunk size for page_dense, page_text and hybrid_pages (default: the preset's)")
     ap.add_argument("--note", default=None, help="free text kept in results.json (e.g. which graph cache was read)")
@@ -624,6 +758,7 @@ def main() -> None:
     from mage_gym.env.relevance import shared_retriever
     from mage_gym.retrieval import DEFAULT_HYBRID, HYBRID_PRESETS, get_retriever
     from mage_gym.retrieval.hybrid import HYBRID_ADAPTIVE
+    from mage_gym.retrieval.learned_fusion import DEFAULT_MODEL_PATH, LinearRanker
 
     pd_cfg = {} if args.chunk_chars is None else {"chunk_chars": args.chunk_chars}
     retrievers = {name: shared_retriever(name) for name in ("bm25", "dense", "hybrid_elements")}
@@ -632,6 +767,9 @@ def main() -> None:
     retrievers["hybrid_adaptive"] = get_retriever("hybrid_adaptive", page_dense=pd_cfg)
     retrievers["page_text"] = get_retriever("hybrid_elements", components=["bm25", "page_dense"], page_dense=pd_cfg)
     retrievers["env_default"] = shared_retriever("hybrid")  # what MageRAG-v0 uses at reset
+    shipped = LinearRanker.load() if DEFAULT_MODEL_PATH.exists() else None
+    if shipped is not None:
+        retrievers["hybrid_learned"] = get_retriever("hybrid_learned", page_dense=pd_cfg)
     t0 = time.perf_counter()
     missing: dict[str, set[str]] = defaultdict(set)
     skipped: dict[str, int] = defaultdict(int)  # "dataset/split" -> questions of documents without a graph
@@ -645,20 +783,35 @@ def main() -> None:
         "config": {**vars(args), "ks": list(args.ks)},
         "retrievers": {"hybrid_pages": HYBRID_PRESETS["hybrid_pages"], "hybrid_elements": HYBRID_PRESETS[
             "hybrid_elements"], "hybrid_adaptive": dict(HYBRID_ADAPTIVE), "env_default": f"hybrid = {DEFAULT_HYBRID}",
-            "page_dense_chunk_chars": retrievers["page_dense"].chunk_chars},  # type: ignore[attr-defined]
+            "page_dense_chunk_chars": retrievers["page_dense"].chunk_chars,  # type: ignore[attr-defined]
+            "hybrid_learned": None if shipped is None else {
+                "model": "mage_gym/retrieval/learned_fusion.json", "groups": list(shipped.groups), "l2": shipped.l2,
+                "features": len(shipped.names), "fitted_by": shipped.meta.get("command")}},
         "machine": {"cores": os.cpu_count(), "load_average_1min_start": os.getloadavg()[0]},
         "runs": [],
     }
+    import pickle
+
+    cache_path = Path(args.scores_cache) if args.scores_cache else None
+    cached = pickle.loads(cache_path.read_bytes()) if cache_path is not None and cache_path.exists() else None
     for ds in args.datasets:
         data[ds] = {}
         for split in args.splits:
-            qs = collect(ds, split, args, retrievers, missing, skipped)
+            if cached is not None:
+                qs = cached["data"][ds][split]
+                missing[ds] |= set(cached["missing"].get(ds, ()))
+                skipped[f"{ds}/{split}"] += cached["skipped"].get(f"{ds}/{split}", 0)
+            else:
+                qs = collect(ds, split, args, retrievers, missing, skipped)
             data[ds][split] = qs
             rows = recall_rows(ds, split, qs, args.ks)
             results["runs"] += rows
             m = rows[0]["metrics"]
             print(f"{ds:12s} {split:5s} {m['questions']:4d} q  {m['documents']:3d} docs  " + (
                 "  ".join(f"{r['channel']} {r['metrics']['R@5']:.3f}" for r in rows) if qs else "-"), flush=True)
+    if cache_path is not None and cached is None:
+        cache_path.parent.mkdir(parents=True, exist_ok=True)
+        cache_path.write_bytes(pickle.dumps({"data": data, "missing": dict(missing), "skipped": dict(skipped)}))
     results["missing_graphs"] = {ds: sorted(s) for ds, s in missing.items() if s}
     results["skipped_questions"] = dict(skipped)
     if args.select:
@@ -686,10 +839,30 @@ def main() -> None:
                       f"{val['margin_questions']}" if val else ""))
         print(f"adaptive chosen: {ad['chosen']}; bar on train {ad['meets_bar_on_train']}, val "
               f"{ad['meets_bar_on_val']}; hybrid_adaptive preset matches: {ad['preset_matches_chosen']}")
+    if args.select_learned:
+        lsel, model = select_learned(data)
+        lsel["shipped_matches_chosen"] = learned_model_matches(shipped, model)
+        results["learned_selection"] = lsel
+        for r in lsel["settings"]:
+            print(f"learned {r['setting']['features']:24s} l2 {r['setting']['l2']:<6} train worst "
+                  f"{r['train']['worst_margin']:+.2f} q. (pooled {r['train']['pooled_recall5']:.3f}), val worst "
+                  f"{r['val']['worst_margin']:+.2f} q. (pooled {r['val']['pooled_recall5']:.3f}) "
+                  f"{ {d: round(v, 2) for d, v in r['val']['margin_questions'].items()} }")
+        print(f"learned chosen: {lsel['chosen']}; bar on train {lsel['meets_bar_on_train']}, val "
+              f"{lsel['meets_bar_on_val']}; shipped model matches: {lsel['shipped_matches_chosen']}")
+        if args.save_learned:
+            meta = {"command": results["command"], "date": results["date"], "rule": LEARNED_SELECTION_RULE,
+                    "setting": lsel["chosen"], "val_margin_questions": lsel["chosen_val"]["margin_questions"],
+                    "train_questions": lsel["questions"]["train"], "fit": dict(model.meta["fit"])}
+            dataclasses.replace(model, meta=meta).save(args.save_learned)
+            print(f"wrote the chosen model to {args.save_learned}")
+    present = {(r["split"], r["channel"]) for r in results["runs"]}
     results["issue_bar"] = issue_bar(results["runs"])
-    results["issue_bar_by_retriever"] = {name: issue_bar(results["runs"], fused=name) for name in BAR_CANDIDATES}
-    for ds, b in results["issue_bar_by_retriever"]["hybrid_adaptive"].items():
-        print(f"bar {ds}: hybrid_adaptive test R@5 {b['recall5']:.3f} vs needed {b['needed']:.3f}: {b['met']}")
+    results["issue_bar_by_retriever"] = {name: issue_bar(results["runs"], fused=name) for name in BAR_CANDIDATES
+                                         if ("test", name) in present}
+    for name in ("hybrid_adaptive", "hybrid_learned"):
+        for ds, b in results["issue_bar_by_retriever"].get(name, {}).items():
+            print(f"bar {ds}: {name} test R@5 {b['recall5']:.3f} vs needed {b['needed']:.3f}: {b['met']}")
     for ds, b in results["issue_bar"].items():
         print(f"bar {ds}: hybrid_pages test R@5 {b['hybrid_pages']:.3f} vs needed {b['needed']:.3f}: {b['met']}")
     results["machine"]["load_average_1min_end"] = os.getloadavg()[0]

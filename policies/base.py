@@ -43,6 +43,7 @@ class EnvInfo:
     question: str = ""
     seed: int | None = None
     turn: int = 0  # the question's index in a conversation (0 for single questions)
+    relevance_columns: tuple[str, ...] | None = None  # what the observation's relevance columns hold (None: unknown)
 
     @property
     def layout(self) -> ActionLayout:
@@ -57,7 +58,19 @@ class EnvInfo:
         K = int(get("K"))
         return cls(K=K, n_actions=ActionLayout(K).n, budget=get("budget"), render_mode=str(get("render_mode")),
                    episode_id=public["episode_id"], doc_id=public["doc_id"], question=public["question"],
-                   seed=seed, turn=_turn_of(get))
+                   seed=seed, turn=_turn_of(get), relevance_columns=_relevance_columns_of(get))
+
+
+def _relevance_columns_of(get: Any) -> tuple[str, ...] | None:
+    """The env retriever's relevance columns (``mage_gym.env.relevance.relevance_columns``); None for test doubles
+    without a retriever."""
+    from mage_gym.env.relevance import relevance_columns
+
+    try:
+        retriever = get("retriever")
+    except AttributeError:
+        return None
+    return relevance_columns(retriever)
 
 
 def _turn_of(get: Any) -> int:

@@ -10,6 +10,16 @@ do; the labelled states are added to the aggregate, and the student's
 per-slot action head (with the slot-set extractor under it) is refitted by
 cross-entropy over the valid actions (:func:`policies.imitation.behaviour_clone`).
 
+Labels are action *sets* when the teacher can say which actions it accepts
+equally (``teacher.choices``, the oracle's ties: two gold pages in the slots
+are equally good, and which one the greedy rule names first is not in the
+observation); the loss is then ``-log`` of the probability mass on the set,
+and agreement means the student's action is in it.
+
+Every round plays every training episode by default (``episodes_per_round``
+null): with about 1.5 teacher steps per episode, a few dozen episodes per
+round gave a few hundred labelled states, far too few to generalise.
+
 Who sees what: the rollouts run on a **privileged** env that the training
 code holds, because the teacher (:class:`~policies.oracle.OraclePolicy`
 bound to that env) reads gold through its privileged view. The student is
@@ -34,14 +44,16 @@ from policies.base import EnvInfo, Policy
 class DaggerConfig:
     """Rounds and fitting of :func:`run_dagger` (``train.dagger.*`` in conf/training/default.yaml)."""
 
-    rounds: int = 8                 # at most this many collect-aggregate-fit rounds
-    episodes_per_round: int = 64    # training episodes the (mixed) student plays per round
+    rounds: int = 5                 # at most this many collect-aggregate-fit rounds
+    episodes_per_round: int | None = None  # training episodes the (mixed) student plays per round (None: all)
     beta0: float = 1.0              # teacher-mixing probability in round 0 (1.0: round 0 is pure cloning)
     beta_decay: float = 0.5         # beta of round r = beta0 * beta_decay ** r
-    updates: int = 300              # minibatch gradient steps on the aggregate per round
+    updates: int = 200              # minibatch gradient steps on the aggregate per round
     batch_size: int = 256
     lr: float = 1e-3
-    patience: int = 2               # stop after this many rounds without a better validation reward
+    weight_decay: float = 0.01      # AdamW weight decay of the fit
+    question_dropout: float = 0.5   # share of fitted samples whose question embedding is zeroed
+    patience: int = 3               # stop after this many rounds without a better validation reward
     max_aggregate: int = 200_000    # labelled states kept (the oldest are dropped beyond this)
 
     @classmethod
@@ -65,20 +77,33 @@ def student_action(model: Any, obs: Mapping[str, np.ndarray], mask: np.ndarray, 
     return int(np.asarray(action).reshape(-1)[0])
 
 
+def teacher_labels(teacher: Policy, obs: Mapping[str, np.ndarray], mask: np.ndarray) -> list[int]:
+    """The teacher's action first, then every other action it accepts equally (``teacher.choices`` when it has
+    one, e.g. the oracle's ties), else just its action."""
+    choices = getattr(teacher, "choices", None)
+    if choices is None:
+        return [int(teacher.act(obs, None, mask))]
+    _, actions = choices(obs, mask)
+    return [int(a) for a in actions]
+
+
 def collect_round(env: Any, model: Any, teacher: Policy, episode_ids: Sequence[str], beta: float, seed: int,
                   rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Play ``episode_ids`` on the privileged ``env``: at each state the teacher labels, the student proposes,
     and the executed action is the teacher's with probability ``beta``, else the student's.
 
     Returns the labelled states (``obs/<key>``, ``masks``, ``actions`` = the
-    teacher's labels) and round statistics: ``agreement`` (student proposal
-    equals the label, before this round's fit), ``chance`` (the agreement a
-    uniform choice among valid actions would have), ``teacher_share``.
+    teacher's labels, ``label_sets`` = bool [n, n_actions], every action the
+    teacher accepts equally) and round statistics: ``agreement`` (student
+    proposal in the label set, before this round's fit), ``agreement_exact``
+    (equal to the teacher's own action), ``chance`` (a uniform choice among
+    valid actions), ``label_set_size`` (mean), ``teacher_share``.
     """
     action_masks = env.get_wrapper_attr("action_masks")
     rows: dict[str, list[np.ndarray]] = {}
-    masks, labels = [], []
-    agree = teacher_moves = 0
+    masks, labels, sets = [], [], []
+    agree = exact = teacher_moves = 0
+    set_size = 0
     chance = 0.0
     for i, eid in enumerate(episode_ids):
         obs, _ = env.reset(seed=seed + i, options={"episode_id": eid})
@@ -86,14 +111,20 @@ def collect_round(env: Any, model: Any, teacher: Policy, episode_ids: Sequence[s
         done = False
         while not done:
             mask = np.asarray(action_masks(), dtype=bool)
-            label = int(teacher.act(obs, None, mask))
+            accepted = teacher_labels(teacher, obs, mask)
+            label = accepted[0]
             proposal = student_action(model, obs, mask)
             for k, v in obs.items():
                 rows.setdefault(k, []).append(np.asarray(v))
             masks.append(mask)
             labels.append(label)
-            agree += proposal == label
-            chance += 1.0 / max(1, int(mask.sum()))
+            row = np.zeros(len(mask), dtype=bool)
+            row[accepted] = True
+            sets.append(row)
+            set_size += len(accepted)
+            agree += bool(row[proposal])
+            exact += proposal == label
+            chance += len(accepted) / max(1, int(mask.sum()))
             take_teacher = bool(rng.random() < beta)
             teacher_moves += take_teacher
             obs, _, term, trunc, _ = env.step(label if take_teacher else proposal)
@@ -102,7 +133,9 @@ def collect_round(env: Any, model: Any, teacher: Policy, episode_ids: Sequence[s
     demos = {f"obs/{k}": np.stack(v) for k, v in rows.items()}
     demos["masks"] = np.stack(masks) if masks else np.zeros((0, 0), dtype=bool)
     demos["actions"] = np.asarray(labels, dtype=np.int64)
-    stats = {"steps": n, "agreement": agree / max(1, n), "chance": chance / max(1, n),
+    demos["label_sets"] = np.stack(sets) if sets else np.zeros((0, 0), dtype=bool)
+    stats = {"steps": n, "agreement": agree / max(1, n), "agreement_exact": exact / max(1, n),
+             "chance": chance / max(1, n), "label_set_size": set_size / max(1, n),
              "teacher_share": teacher_moves / max(1, n), "episodes": len(episode_ids)}
     return demos, stats
 
@@ -124,7 +157,8 @@ def on_policy_agreement(env: Any, model: Any, teacher: Policy, episode_ids: Sequ
     """The student alone (``beta`` = 0) on ``episode_ids`` of a privileged env: how often its action equals
     the teacher's label at the states it reaches, against chance. Nothing is kept for training."""
     _, stats = collect_round(env, model, teacher, episode_ids, beta=0.0, seed=seed, rng=np.random.default_rng(0))
-    return {"agreement": stats["agreement"], "chance": stats["chance"], "steps": stats["steps"]}
+    return {"agreement": stats["agreement"], "agreement_exact": stats["agreement_exact"], "chance": stats["chance"],
+            "label_set_size": stats["label_set_size"], "steps": stats["steps"]}
 
 
 def run_dagger(model: Any, env: Any, teacher: Policy, episode_ids: Sequence[str],
@@ -153,13 +187,14 @@ def run_dagger(model: Any, env: Any, teacher: Policy, episode_ids: Sequence[str]
     stopped = "rounds"
     for r in range(int(cfg.rounds)):
         beta = cfg.beta(r)
-        n = int(cfg.episodes_per_round)
+        n = len(ids) if cfg.episodes_per_round is None else int(cfg.episodes_per_round)
         pick = list(rng.permutation(ids)[:n]) if n <= len(ids) else list(rng.choice(ids, size=n))
         demos, stats = collect_round(env, model, teacher, pick, beta, seed=seed + 1_000_003 * (r + 1), rng=rng)
         env_steps += int(stats["steps"])
         data = aggregate(data, demos, int(cfg.max_aggregate))
         losses = behaviour_clone(model, data, updates=int(cfg.updates), batch_size=int(cfg.batch_size),
-                                 lr=float(cfg.lr), seed=seed + r, log_every=max(1, int(cfg.updates)))
+                                 lr=float(cfg.lr), seed=seed + r, log_every=max(1, int(cfg.updates)),
+                                 weight_decay=float(cfg.weight_decay), question_dropout=float(cfg.question_dropout))
         row: dict[str, Any] = {"round": r, "beta": beta, "env_steps": env_steps, "aggregate": len(data["actions"]),
                                "loss": losses[-1] if losses else None, "fit_agreement": agreement(model, data),
                                **{f"rollout_{k}": v for k, v in stats.items()}}

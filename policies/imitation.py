@@ -46,9 +46,18 @@ def collect_demos(env: Any, teacher: Policy, episode_ids: Sequence[str], seed: i
 
 
 def behaviour_clone(model: Any, demos: dict[str, np.ndarray], updates: int = 1000, batch_size: int = 256,
-                    lr: float = 1e-3, seed: int = 0, log_every: int = 100) -> list[float]:
+                    lr: float = 1e-3, seed: int = 0, log_every: int = 100, weight_decay: float = 0.0,
+                    question_dropout: float = 0.0) -> list[float]:
     """Maximise the masked log-likelihood of the demo actions under ``model.policy`` for ``updates``
-    minibatch steps (a few hundred demo steps need many passes); returns the mean loss per ``log_every``."""
+    minibatch steps (a few hundred demo steps need many passes); returns the mean loss per ``log_every``.
+
+    With ``demos["label_sets"]`` (bool [n, n_actions]: every action the teacher accepts equally) the
+    likelihood is that of the set, ``log sum_{a in set} p(a)``: the student is not taught a tie-break.
+
+    Regularisers against memorising a few hundred questions (the student fits its training states
+    almost perfectly while agreeing with the teacher on far fewer validation states): ``weight_decay``
+    (AdamW) and ``question_dropout``, the share of samples whose question embedding is zeroed in a
+    minibatch, so the decision must also stand on the per-slot signals (relevance, links, cues)."""
     import torch as th
 
     policy = model.policy
@@ -56,15 +65,22 @@ def behaviour_clone(model: Any, demos: dict[str, np.ndarray], updates: int = 100
     if n == 0:
         return []
     keys = [k[len("obs/"):] for k in demos if k.startswith("obs/")]
-    opt = th.optim.Adam(policy.parameters(), lr=lr)
+    opt = th.optim.AdamW(policy.parameters(), lr=lr, weight_decay=float(weight_decay))
     rng = np.random.default_rng(seed)
     losses, window = [], []
     policy.set_training_mode(True)
     for step in range(int(updates)):
         idx = rng.choice(n, size=min(batch_size, n), replace=False)
         obs = {k: th.as_tensor(demos[f"obs/{k}"][idx], device=policy.device) for k in keys}
-        acts = th.as_tensor(demos["actions"][idx], device=policy.device)
-        loss = -_distribution(policy, obs, demos["masks"][idx]).log_prob(acts).mean()
+        if question_dropout > 0 and "question" in obs:
+            keep = th.as_tensor(rng.random(len(idx)) >= question_dropout, device=policy.device)
+            obs["question"] = obs["question"] * keep.unsqueeze(-1).to(obs["question"].dtype)
+        dist = _distribution(policy, obs, demos["masks"][idx])
+        if "label_sets" in demos:
+            loss = -set_log_prob(dist, th.as_tensor(demos["label_sets"][idx], device=policy.device)).mean()
+        else:
+            acts = th.as_tensor(demos["actions"][idx], device=policy.device)
+            loss = -dist.log_prob(acts).mean()
         opt.zero_grad()
         loss.backward()
         th.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)
@@ -84,8 +100,17 @@ def _distribution(policy: Any, obs: Any, masks: np.ndarray) -> Any:
         return policy.get_distribution(obs)
 
 
+def set_log_prob(dist: Any, label_sets: Any) -> Any:
+    """``log sum_{a in set} p(a)`` per row of a (masked) categorical distribution (SB3 wrapper)."""
+    import torch as th
+
+    logp = th.log_softmax(dist.distribution.logits, dim=-1)
+    return th.logsumexp(logp.masked_fill(~label_sets.bool(), -float("inf")), dim=-1)
+
+
 def agreement(model: Any, demos: dict[str, np.ndarray], limit: int = 4096) -> float:
-    """Share of demo steps where the model's deterministic masked action equals the teacher's."""
+    """Share of demo steps where the model's deterministic masked action equals the teacher's (is in the
+    teacher's label set, when the demos have one)."""
     import torch as th
 
     policy = model.policy
@@ -97,4 +122,6 @@ def agreement(model: Any, demos: dict[str, np.ndarray], limit: int = 4096) -> fl
     with th.no_grad():
         dist = _distribution(policy, obs, demos["masks"][:n])
         pred = dist.get_actions(deterministic=True).cpu().numpy()
+    if "label_sets" in demos:
+        return float(np.mean(demos["label_sets"][:n][np.arange(n), pred]))
     return float(np.mean(pred == demos["actions"][:n]))

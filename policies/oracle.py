@@ -80,10 +80,27 @@ class OraclePolicy(EnvBoundPolicy):
         self._mode = self.render_mode or env_info.render_mode
 
     def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> int:
+        rule, actions = self.choices(obs, mask)
+        if rule is not None:
+            self.count(rule)
+        return actions[0]
+
+    def choices(self, obs: Mapping[str, np.ndarray], mask: np.ndarray) -> tuple[str | None, list[int]]:
+        """(the rule that applies, every action that rule accepts equally); :meth:`act` takes the first.
+
+        Why the whole set: when two gold pages sit in the slots the greedy
+        order between them (gold item order, slot order) is arbitrary and not
+        in the observation; a student imitating one of them would be taught a
+        tie-break it cannot see. DAgger labels with the set instead
+        (:mod:`policies.dagger`). Rule 1: any open of an uncovered item's
+        candidate; rule 2: any slot holding gold of an uncovered item; rule 3:
+        for each uncovered page, the action the oracle would take on it; rule
+        4: any such gold element; make-room prunes and stops are single.
+        """
         view = self._view
         assert view is not None and self._node_page is not None, "reset() first"
         if not view.gold_known:
-            return 0
+            return None, [0]
         v = SlotView.from_obs(obs)
         K = v.K
         slots = np.asarray(self._env.get_wrapper_attr("slots"))
@@ -101,28 +118,28 @@ class OraclePolicy(EnvBoundPolicy):
         uncovered = [(item, page, is_page) for item, page, is_page, c
                      in zip(view.items, view.item_pages, view.item_is_page, covered) if not c]
         if not uncovered:
-            self.count("stops_all_covered")
-            return 0
+            return "stops_all_covered", [0]
         text = self._mode == "text"
         can_still_open = float(np.asarray(obs["budget"])[2]) > 0  # opens left (the budget vector's third entry)
+        out: list[int] = []
         if text:  # rule 1
             for item, page, is_page in uncovered:
                 cands = np.flatnonzero(can_open & (spage == page)).tolist() if is_page else \
                     [s for n in item if (s := slot_of.get(int(n))) is not None and can_open[s]]
-                if cands:
-                    self.count("opens")
-                    return action_of(Op.OPEN_NODE, cands[0], K)
+                out += [action_of(Op.OPEN_NODE, c, K) for c in cands]
+            if out:
+                return "opens", _unique(out)
         for item, _, _ in uncovered:  # rule 2
             for n in item:
                 s = slot_of.get(int(n))
                 if s is None:
                     continue
                 if int(n) < self._n_pages and can_page[s]:
-                    self.count("activations")
-                    return action_of(Op.ACTIVATE_PAGE, s, K)
-                if int(n) >= self._n_pages and can_node[s]:
-                    self.count("activations")
-                    return action_of(Op.ACTIVATE_NODE, s, K)
+                    out.append(action_of(Op.ACTIVATE_PAGE, s, K))
+                elif int(n) >= self._n_pages and can_node[s]:
+                    out.append(action_of(Op.ACTIVATE_NODE, s, K))
+        if out:
+            return "activations", _unique(out)
         for _, page, is_page in uncovered:  # rule 3
             if page in active_pages and not (text and is_page and can_still_open):
                 continue
@@ -131,25 +148,26 @@ class OraclePolicy(EnvBoundPolicy):
             elements_first = text and is_page
             for s in sorted(on_page.tolist(), key=lambda s: (bool(v.is_page[s]) == elements_first, s)):
                 if v.is_page[s] and can_page[s]:
-                    self.count("activations")
-                    return action_of(Op.ACTIVATE_PAGE, s, K)
+                    out.append(action_of(Op.ACTIVATE_PAGE, s, K))
+                    break
                 if not v.is_page[s] and can_node[s]:
-                    self.count("activations")
-                    return action_of(Op.ACTIVATE_NODE, s, K)
+                    out.append(action_of(Op.ACTIVATE_NODE, s, K))
+                    break
+        if out:
+            return "activations", _unique(out)
         for item in view.items:  # rule 4: a covered item's gold element not yet active (its links lead on)
             for n in item:
                 s = slot_of.get(int(n))
                 if s is not None and int(n) >= self._n_pages and can_node[s]:
-                    self.count("activations_gold_links")
-                    return action_of(Op.ACTIVATE_NODE, s, K)
+                    out.append(action_of(Op.ACTIVATE_NODE, s, K))
+        if out:
+            return "activations_gold_links", _unique(out)
         if valid.all():  # rule 5: the frontier was cut at K; drop a non-gold page to let hidden nodes up
             gold_pages = {int(p) for p in view.item_pages} | {int(p) for p in view.pages}
             prune = prune_to_make_room(v, mask, spage, gold_pages, K)
             if prune is not None:
-                self.count("prunes_to_make_room")
-                return prune
-        self.count("stops_no_gold_in_slots")
-        return 0
+                return "prunes_to_make_room", [prune]
+        return "stops_no_gold_in_slots", [0]
 
     def _covered(self, view: Any, opened: set[int], active_pages: set[int]) -> np.ndarray:
         """bool per gold item: what the reader would get now, by the env's rule (:func:`mage_gym.coverage.cover`).
@@ -164,6 +182,11 @@ class OraclePolicy(EnvBoundPolicy):
             images[list(active_pages)] = True
         cov = cover(view, opened_mask, images, node_page)
         return cov.items | ~cov.item_counted
+
+
+def _unique(actions: list[int]) -> list[int]:
+    """``actions`` without repeats, first occurrence first (the first is what :meth:`OraclePolicy.act` takes)."""
+    return list(dict.fromkeys(actions))
 
 
 def privileged_row(row: Mapping[str, Any]) -> dict[str, Any]:

@@ -10,11 +10,14 @@ applied to their action probabilities).
 
 A checkpoint is SB3's ``.zip`` plus a ``.json`` sidecar (:func:`save_checkpoint`):
 the algorithm, and what the network's inputs meant when it was trained -
-``NODE_FEATURES`` by name, the observation keys, K, the render mode and the
-graph version. Why by name: a network reads feature columns by position, so a
+``NODE_FEATURES`` by name, the observation keys, K, the render mode, the
+graph version and what each relevance column holds (``relevance_columns``:
+``fused`` then the retriever's channels; before format v3 the last column was
+empty under the default retriever, now it holds ``page_dense``). Why by name: a network reads feature columns by position, so a
 checkpoint trained before a feature was added or moved would act on shifted
-columns without any error. Loading refuses such a checkpoint with a
-:class:`CheckpointMismatch` that names each difference (:func:`check_sidecar`);
+columns without any error. Loading (features, graph version) or the first
+reset (K, render mode, the env retriever's relevance columns) refuses such a
+checkpoint with a :class:`CheckpointMismatch` that names each difference (:func:`check_sidecar`);
 ``allow_mismatch=[field, ...]`` accepts named differences on purpose.
 """
 from __future__ import annotations
@@ -34,7 +37,9 @@ ALGOS: dict[str, tuple[str, str, bool]] = {
     "ppo": ("stable_baselines3", "PPO", False),
     "a2c": ("stable_baselines3", "A2C", False),
 }
-DEFAULT_NET = {"hidden": 64, "slot_dim": 16, "global_dim": 64, "question_dim": 32, "pooling": "mean+max+attention"}
+#: use_question=False: a slot net blind to the question embedding (policies/slot_net.py; the shipped student's)
+DEFAULT_NET = {"hidden": 64, "slot_dim": 16, "global_dim": 64, "question_dim": 32, "pooling": "mean+max+attention",
+               "use_question": True}
 
 
 def algo_class(algo: str) -> tuple[type, bool]:
@@ -61,14 +66,18 @@ def build_model(env: Any, algo: str = "maskable_ppo", seed: int = 0, net: Mappin
                policy_kwargs=policy_kwargs, **dict(hparams or {}))
 
 
-#: sidecar format; v2 records what the inputs meant (node features, observation keys, graph version)
-SIDECAR_FORMAT = "mage-gym-policy-v2"
+#: sidecar format; v2 records what the inputs meant (node features, observation keys, graph version); v3 adds
+#: the relevance columns' channels
+SIDECAR_FORMAT = "mage-gym-policy-v3"
 #: sidecar fields a checkpoint must agree on with the code / env that loads it
-SIDECAR_FIELDS: tuple[str, ...] = ("node_features", "observation_keys", "K", "render_mode", "graph_version")
+SIDECAR_FIELDS: tuple[str, ...] = ("node_features", "observation_keys", "K", "render_mode", "graph_version",
+                                   "relevance_columns")
+#: what a sidecar without ``relevance_columns`` (v2) was trained on: the default hybrid left the last column 0
+LEGACY_RELEVANCE_COLUMNS: tuple[str, ...] = ("fused", "bm25", "dense", "none")
 
 
 #: loaded when no checkpoint is given: a DAgger student shipped with the package (its README says how it was made)
-SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "dagger_seed0.zip"
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "dagger_seed1.zip"
 
 
 class CheckpointMismatch(ValueError):
@@ -81,12 +90,26 @@ def current_graph_version() -> str:
     return str(GRAPH_VERSION)
 
 
+def model_relevance_columns(model: Any) -> list[str]:
+    """The relevance columns of the retriever of the env ``model`` was built on (the default retriever's when
+    the model has no env or the env cannot say)."""
+    from mage_gym.env.relevance import default_relevance_columns, relevance_columns
+
+    env = model.get_env() if hasattr(model, "get_env") else None
+    try:
+        return list(relevance_columns(env.get_attr("retriever", [0])[0]))
+    except Exception:  # no env, a test double without a retriever: say what the default retriever gives
+        return list(default_relevance_columns())
+
+
 def save_checkpoint(model: Any, path: str | Path, algo: str, K: int, extra: Mapping[str, Any] | None = None) -> Path:
     """Write ``path`` (.zip) and its ``.json`` sidecar; returns the zip path.
 
     The sidecar records the feature names of this code, the model's
     observation keys, K, the render mode (``extra["render_mode"]``, else
-    null) and the graph version, so a later load can tell what changed.
+    null), the graph version and the relevance columns' channels
+    (``extra["relevance_columns"]``, else those of the model's env), so a later
+    load can tell what changed.
     """
     path = Path(path)
     if path.suffix != ".zip":
@@ -96,7 +119,8 @@ def save_checkpoint(model: Any, path: str | Path, algo: str, K: int, extra: Mapp
     extra = dict(extra or {})
     meta = {"algo": algo, "K": int(K), "format": SIDECAR_FORMAT, "node_features": list(NODE_FEATURES),
             "observation_keys": sorted(model.observation_space.spaces), "render_mode": extra.pop("render_mode", None),
-            "graph_version": current_graph_version(), **extra}
+            "graph_version": current_graph_version(),
+            "relevance_columns": list(extra.pop("relevance_columns", None) or model_relevance_columns(model)), **extra}
     path.with_suffix(".json").write_text(json.dumps(meta, indent=1, default=str))
     return path
 
@@ -120,19 +144,27 @@ def _feature_difference(saved: list[str], now: list[str]) -> str:
 
 
 def check_sidecar(meta: Mapping[str, Any], *, K: int | None = None, render_mode: str | None = None,
-                  observation_keys: Any = None, allow: Any = (), source: str = "checkpoint") -> None:
+                  observation_keys: Any = None, relevance_columns: Any = None, allow: Any = (),
+                  source: str = "checkpoint") -> None:
     """Raise :class:`CheckpointMismatch` naming every field of ``meta`` that differs from what loads it.
 
     Always compared: ``node_features`` (this code's :data:`NODE_FEATURES`) and
-    ``graph_version``; ``K``, ``render_mode`` and ``observation_keys`` when
-    given. A field in ``allow`` is not compared. A sidecar without these
-    fields (written before format v2) fails: nothing says what its inputs meant.
+    ``graph_version``; ``K``, ``render_mode``, ``observation_keys`` and
+    ``relevance_columns`` (the env retriever's, known at reset) when given. A field in ``allow`` is
+    not compared. A sidecar without these fields (written before format v2)
+    fails: nothing says what its inputs meant; a v2 sidecar without
+    ``relevance_columns`` was trained with the last column empty
+    (:data:`LEGACY_RELEVANCE_COLUMNS`), and is refused saying so unless
+    ``allow_mismatch=["relevance_columns"]`` (it then reads page_dense where it
+    saw zeros).
     """
     allow = set(allow or ())
     unknown = allow - set(SIDECAR_FIELDS)
     if unknown:
         raise ValueError(f"allow_mismatch: unknown fields {sorted(unknown)}; expected some of {list(SIDECAR_FIELDS)}")
     want: dict[str, Any] = {"node_features": list(NODE_FEATURES), "graph_version": current_graph_version()}
+    if relevance_columns is not None:
+        want["relevance_columns"] = list(relevance_columns)
     if K is not None:
         want["K"] = int(K)
     if render_mode is not None:
@@ -143,12 +175,19 @@ def check_sidecar(meta: Mapping[str, Any], *, K: int | None = None, render_mode:
     for field, now in want.items():
         if field in allow:
             continue
+        if field == "relevance_columns" and field not in meta and "node_features" in meta:
+            if list(LEGACY_RELEVANCE_COLUMNS) != now:
+                problems.append(f"relevance_columns: not recorded (a {meta.get('format', 'v2')} sidecar: trained with "
+                                f"{list(LEGACY_RELEVANCE_COLUMNS)}, the last column empty), now {now}")
+            continue
         if field not in meta:
             problems.append(f"{field}: not recorded in the sidecar (written before {SIDECAR_FORMAT}); now {now!r}")
             continue
         saved = meta[field]
         if field == "node_features" and list(saved) != now:
             problems.append("node_features: " + _feature_difference(list(saved), now))
+        elif field == "relevance_columns" and list(saved) != now:
+            problems.append(f"relevance_columns: checkpoint {list(saved)} vs now {now}")
         elif field == "observation_keys" and sorted(saved) != now:
             problems.append(f"observation_keys: checkpoint {sorted(saved)} vs now {now}")
         elif field not in ("node_features", "observation_keys") and str(saved) != str(now):
@@ -203,6 +242,7 @@ class PPOPolicy(BasePolicy):
         super().reset(env_info)
         if self.meta:  # K and the env's render mode (the checkpoint's inputs were built for both)
             check_sidecar(self.meta, K=env_info.K, render_mode=env_info.render_mode,
+                          relevance_columns=getattr(env_info, "relevance_columns", None),
                           allow=(*self.allow_mismatch, "node_features", "graph_version"),
                           source=f"checkpoint {self.checkpoint}")
         if env_info.seed is not None:
@@ -213,7 +253,7 @@ class PPOPolicy(BasePolicy):
         if self.meta and not self._keys_checked:  # the env's observation keys, once (known at the first act)
             used = [k for k in obs if k in self.model.observation_space.spaces]  # extra keys (text) are ignored
             check_sidecar(self.meta, observation_keys=used,
-                          allow=(*self.allow_mismatch, "node_features", "graph_version"),
+                          allow=(*self.allow_mismatch, "node_features", "graph_version", "relevance_columns"),
                           source=f"checkpoint {self.checkpoint}")
             self._keys_checked = True
         spaces = self.model.observation_space.spaces

@@ -60,10 +60,15 @@ class SlotSetExtractor(BaseFeaturesExtractor):
     """Dict observation (nodes, slot_mask, budget, progress, question) -> per-slot + global features.
 
     ``pooling``: any of ``mean``, ``max``, ``attention`` (joined with ``+``).
+    ``use_question``: False makes the network blind to the question embedding (its projection is replaced by
+    zeros, in training and acting alike): the per-slot relevance columns already carry the question, and an
+    imitation student fitted on a few hundred questions memorised them through the 384-d embedding
+    (near-perfect agreement on training states, far lower on validation).
     """
 
     def __init__(self, observation_space: gym.spaces.Dict, hidden: int = 64, slot_dim: int = 16,
-                 global_dim: int = 64, question_dim: int = 32, pooling: str = "mean+max+attention") -> None:
+                 global_dim: int = 64, question_dim: int = 32, pooling: str = "mean+max+attention",
+                 use_question: bool = True) -> None:
         K, F = observation_space["nodes"].shape
         q_in = observation_space["question"].shape[0]
         ctx_in = observation_space["budget"].shape[0] + observation_space["progress"].shape[0]
@@ -72,6 +77,7 @@ class SlotSetExtractor(BaseFeaturesExtractor):
             raise ValueError(f"pooling must combine mean, max, attention with '+', got {pooling!r}")
         super().__init__(observation_space, features_dim=K * slot_dim + global_dim)
         self.K, self.slot_dim, self.global_dim, self.pools = K, slot_dim, global_dim, pools
+        self.use_question = bool(use_question)
         self.q_proj = nn.Sequential(nn.Linear(q_in, question_dim), nn.Tanh())
         self.slot_enc = _mlp([F + question_dim, hidden, hidden])
         if "attention" in pools:
@@ -87,6 +93,8 @@ class SlotSetExtractor(BaseFeaturesExtractor):
         nodes, mask = obs["nodes"].float(), obs["slot_mask"].float()
         B, K, _ = nodes.shape
         q = self.q_proj(obs["question"].float())
+        if not self.use_question:
+            q = th.zeros_like(q)
         ctx = th.cat([obs["budget"].float(), obs["progress"].float()], dim=-1)
         h = _split_linear(self.slot_enc[0], nodes, q)  # = slot_enc[0](cat([nodes, q per slot]))
         for layer in self._enc_rest:

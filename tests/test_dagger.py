@@ -38,6 +38,10 @@ class GatedOracle(OraclePolicy):
         with gate():
             return super().act(obs, text_view, mask)
 
+    def choices(self, obs: Any, mask: Any) -> Any:
+        with gate():
+            return super().choices(obs, mask)
+
 
 @pytest.fixture(autouse=True)
 def reward_gate(monkeypatch):
@@ -123,8 +127,11 @@ def test_the_student_sees_only_observation_arrays(model, train_pairs, monkeypatc
     env = make(train_pairs, privileged=True)
     demos, stats = collect_round(env, model, GatedOracle(env), ids(train_pairs)[:4], beta=0.5, seed=0,
                                  rng=np.random.default_rng(0))
-    assert set(demos) == {f"obs/{k}" for k in NUMERIC_KEYS} | {"masks", "actions"}
+    assert set(demos) == {f"obs/{k}" for k in NUMERIC_KEYS} | {"masks", "actions", "label_sets"}
     assert all(m[a] for m, a in zip(demos["masks"], demos["actions"]))  # labels are valid actions
+    # label sets: valid actions only, always holding the teacher's own action
+    assert not (demos["label_sets"] & ~demos["masks"]).any()
+    assert all(ls[a] for ls, a in zip(demos["label_sets"], demos["actions"]))
     run_dagger(model, env, GatedOracle(env), ids(train_pairs)[:4],
                DaggerConfig(rounds=1, episodes_per_round=2, updates=5, batch_size=16), seed=0)
     assert seen and all(keys == set(NUMERIC_KEYS) for keys in seen)
@@ -167,3 +174,64 @@ def test_episodes_are_guarded(train_pairs) -> None:
     with pytest.raises(GoldRead):
         _ = train_pairs[0].episode.gold_node_ids
     assert dataclasses.is_dataclass(train_pairs[0].episode)
+
+
+def test_oracle_label_sets_hold_its_action_first_and_only_valid_actions(train_pairs) -> None:
+    """``choices`` is the tie set of the rule that fires: its first action is what ``act`` does, all are valid
+    and distinct, and playing the last of them (not the one ``act`` names) still ends the episode."""
+    env = make(train_pairs, privileged=True)
+    teacher = GatedOracle(env)
+    sizes = []
+    for i, eid in enumerate(ids(train_pairs)):
+        obs, _ = env.reset(seed=i, options={"episode_id": eid})
+        from policies.base import EnvInfo
+
+        teacher.reset(EnvInfo.from_env(env, seed=i))
+        done = False
+        while not done:
+            mask = np.asarray(env.get_wrapper_attr("action_masks")(), dtype=bool)
+            _, actions = teacher.choices(obs, mask)
+            assert actions[0] == teacher.act(obs, None, mask)
+            assert all(mask[a] for a in actions) and len(set(actions)) == len(actions)
+            sizes.append(len(actions))
+            obs, _, term, trunc, _ = env.step(actions[-1])  # any accepted action must keep the episode sane
+            done = bool(term or trunc)
+    assert min(sizes) == 1 and sizes
+
+
+def test_set_likelihood_is_the_probability_mass_on_the_set() -> None:
+    import torch as th
+    from sb3_contrib.common.maskable.distributions import MaskableCategoricalDistribution
+
+    from policies.imitation import set_log_prob
+
+    dist = MaskableCategoricalDistribution(4).proba_distribution(th.tensor([[0.0, 1.0, 2.0, 3.0]] * 2))
+    dist.apply_masking(np.array([[True, True, True, False]] * 2))
+    sets = th.tensor([[False, True, True, False], [True, False, False, False]])
+    p = th.softmax(th.tensor([0.0, 1.0, 2.0]), dim=0)
+    got = set_log_prob(dist, sets)
+    assert th.allclose(got, th.log(th.stack([p[1] + p[2], p[0]])), atol=1e-6)
+
+
+def test_a_question_blind_slot_net_ignores_the_question_embedding() -> None:
+    """``use_question=False``: two observations that differ only in the question give the same features (the
+    relevance columns still carry the question); with the default, they differ."""
+    import torch as th
+    from gymnasium import spaces
+
+    from policies.slot_net import SlotSetExtractor
+
+    K_, F_ = 5, 7
+    space = spaces.Dict({"nodes": spaces.Box(0, 1, (K_, F_)), "slot_mask": spaces.Box(0, 1, (K_,)),
+                         "budget": spaces.Box(0, 1, (3,)), "progress": spaces.Box(0, 1, (1,)),
+                         "question": spaces.Box(-1, 1, (12,))})
+    rng = np.random.default_rng(0)
+    base = {k: th.as_tensor(rng.random((1, *v.shape)), dtype=th.float32) for k, v in space.spaces.items()}
+    other = {**base, "question": -base["question"]}
+    th.manual_seed(0)
+    blind = SlotSetExtractor(space, use_question=False)
+    th.manual_seed(0)
+    seeing = SlotSetExtractor(space)
+    with th.no_grad():
+        assert th.equal(blind(base), blind(other))
+        assert not th.allclose(seeing(base), seeing(other))

@@ -19,6 +19,9 @@ def test_the_shipped_checkpoint_is_packaged_and_agrees_with_the_code() -> None:
     assert SHIPPED_CHECKPOINT.is_file() and SHIPPED_CHECKPOINT.stat().st_size < 5 * 2**20
     meta = read_meta(SHIPPED_CHECKPOINT)
     assert list(meta["node_features"]) == list(NODE_FEATURES) and str(meta["graph_version"]) == str(GRAPH_VERSION)
+    from mage_gym.env.relevance import default_relevance_columns
+
+    assert list(meta["relevance_columns"]) == list(default_relevance_columns())  # what the default env shows
     assert (SHIPPED_CHECKPOINT.parent / "README.md").is_file()  # how it was trained, on what
     assert checkpoint_of("ppo", {"checkpoint": None})["path"] == str(SHIPPED_CHECKPOINT)
 

@@ -26,10 +26,35 @@ from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever, Scores
 
 #: Number of per-retriever relevance columns in the observation (fused first, then components in the
-#: retriever's order). ``hybrid_elements`` fills bm25, dense and leaves the last column 0; ``hybrid_pages``
-#: puts its page-text channel there (elements: their page's page-text percentile), so the observation
-#: space, and checkpoints trained on it, keep their shape whichever hybrid is the default.
+#: retriever's order, then its observed-only channels). ``hybrid_elements`` fills bm25, dense and, observed
+#: only (not fused: its entry pages are bm25 + dense alone), page_dense in the last column; ``hybrid_pages``
+#: fuses the same page-text channel and shows it in the same column (elements: their page's page-text
+#: percentile), so the observation space and the columns' meaning stay whichever hybrid is the default.
 N_RELEVANCE = 4
+#: The name a relevance column has when no channel fills it (always 0).
+EMPTY_COLUMN = "none"
+
+
+def relevance_columns(retriever: Retriever) -> tuple[str, ...]:
+    """What each of the ``N_RELEVANCE`` relevance columns holds for ``retriever``: ``fused``, then channel names.
+
+    Why: a checkpoint reads these columns by position; its sidecar records this
+    tuple so that a policy trained when a column was empty (or held another
+    channel) is refused by name instead of acting on a changed input.
+    """
+    if hasattr(retriever, "score_with_components"):
+        names = [*getattr(retriever, "components", {}), *getattr(retriever, "observed", {})]
+    else:
+        names = [getattr(retriever, "name", "retriever")]
+    names = names[: N_RELEVANCE - 1]
+    return ("fused", *names, *[EMPTY_COLUMN] * (N_RELEVANCE - 1 - len(names)))
+
+
+def default_relevance_columns() -> tuple[str, ...]:
+    """:func:`relevance_columns` of the env's default retriever (building it loads no model or index)."""
+    from mage_gym.retrieval import get_retriever
+
+    return relevance_columns(get_retriever())
 QueryFn = Callable[[str], Query]
 
 

@@ -11,10 +11,12 @@ Usage per episode::
 ``dense`` (graph vectors: pages pooled from 80-character element snippets),
 ``page_dense`` (MiniLM over chunks of each page's full text, best chunk; vectors
 cached on disk per document), ``colpali``, and the fusions ``hybrid_elements``
-(bm25 + dense, the original hybrid), ``hybrid_pages`` (bm25 + dense +
+(bm25 + dense, the original hybrid; page_dense scored as an observed-only
+column, never fused), ``hybrid_pages`` (bm25 + dense +
 page_dense, weights chosen on the dev sets' train splits), ``hybrid_adaptive``
 (bm25 + dense + page_dense, the page weight moving between the two dense
-channels with each document's text density) and ``hybrid``, which
+channels with each document's text density), ``hybrid_learned`` (pages ranked by a
+linear learning-to-rank model over the channels, ``learned_fusion.json``) and ``hybrid``, which
 is whichever of the two :data:`DEFAULT_HYBRID` names (the environment's default
 retriever). Only ``colpali`` needs torch/transformers/colpali-engine, imported
 when it is built.
@@ -32,7 +34,9 @@ from mage_gym.retrieval.fusion import rrf
 CHANNEL_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "colpali")
 #: Named fusions: component list and RRF settings (overridable by keyword config).
 HYBRID_PRESETS: dict[str, dict[str, Any]] = {
-    "hybrid_elements": {"components": ["bm25", "dense"], "k": 60.0},
+    # page_dense is observed only: the env shows its percentile as the last relevance column (the one hybrid_pages
+    # fills with the same channel) without it entering the fusion, so entry pages are the original hybrid's
+    "hybrid_elements": {"components": ["bm25", "dense"], "k": 60.0, "observed": ["page_dense"]},
     # page weights and k: chosen on the dev sets' train splits by the rule in experiments/embed_quality.py
     # (SELECTION_RULE: best pooled train recall@5 among settings losing at most one question against
     # hybrid_elements on any dataset's train split); docs/results/embed_quality/
@@ -45,7 +49,7 @@ HYBRID_PRESETS: dict[str, dict[str, Any]] = {
 #: What ``hybrid`` (the env's default retriever) means. Switching the default is this one line.
 DEFAULT_HYBRID = "hybrid_elements"
 RETRIEVER_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "hybrid", "hybrid_elements", "hybrid_pages",
-                                    "hybrid_adaptive", "colpali")
+                                    "hybrid_adaptive", "hybrid_learned", "colpali")
 DEFAULT_RETRIEVER = "hybrid"
 
 
@@ -91,6 +95,8 @@ def _build_one(name: str, cfg: Mapping[str, Any]) -> Retriever:
         return _build_hybrid(name, cfg)
     if name == "hybrid_adaptive":
         return _build_adaptive(cfg)
+    if name == "hybrid_learned":
+        return _build_learned(cfg)
     raise ValueError(f"unknown retriever {name!r}; expected one of {RETRIEVER_NAMES}")
 
 
@@ -115,22 +121,29 @@ def _build_hybrid(name: str, cfg: dict[str, Any]) -> Retriever:
                 merged[key] = {n: w for n, w in merged[key].items() if n in keep}
     merged.update(given)
     spec = merged.pop("components")
+    observed_spec = merged.pop("observed", None) or []
+    if isinstance(observed_spec, str):
+        observed_spec = [observed_spec]
     if isinstance(spec, str):
         spec = [spec]
     if isinstance(spec, Mapping):
         comp_cfgs = {str(n): dict(c or {}) for n, c in spec.items()}
     else:
         comp_cfgs = {str(n): {} for n in spec}
-    for n in list(comp_cfgs):
+    # a channel the caller fuses is no longer observed-only
+    obs_cfgs = {str(n): dict(c or {}) for n, c in (observed_spec.items() if isinstance(observed_spec, Mapping)
+                                                   else ((n, {}) for n in observed_spec)) if str(n) not in comp_cfgs}
+    for n in [*comp_cfgs, *obs_cfgs]:
         if n not in CHANNEL_NAMES:
             raise ValueError(f"hybrid component {n!r} is not one of {CHANNEL_NAMES}")
-        comp_cfgs[n].update(dict(merged.pop(n, None) or {}))
+        (comp_cfgs if n in comp_cfgs else obs_cfgs)[n].update(dict(merged.pop(n, None) or {}))
     for n in CHANNEL_NAMES:  # config for a component that is not used is a mistake worth reporting
         if n in merged:
             raise ValueError(f"config given for {n!r}, which is not a hybrid component {sorted(comp_cfgs)}")
     components = {n: _build_one(n, c) for n, c in comp_cfgs.items()}
+    observed = {n: _build_one(n, c) for n, c in obs_cfgs.items()}
     merged.setdefault("name", name)
-    return HybridRetriever(components=components, **merged)
+    return HybridRetriever(components=components, observed=observed, **merged)
 
 
 def _build_adaptive(cfg: dict[str, Any]) -> Retriever:
@@ -143,6 +156,18 @@ def _build_adaptive(cfg: dict[str, Any]) -> Retriever:
         raise ValueError("hybrid_adaptive always fuses bm25, dense and page_dense; drop 'components'")
     comps = {n: _build_one(n, dict(merged.pop(n, None) or {})) for n in DensityGatedHybrid.GATED}
     return DensityGatedHybrid(components=comps, **merged)
+
+
+def _build_learned(cfg: dict[str, Any]) -> Retriever:
+    """``hybrid_learned``: pages by the linear ranker of ``learned_fusion.json`` (``model``: another file),
+    elements as hybrid_elements; ``bm25`` / ``dense`` / ``page_dense`` keys configure those components."""
+    from mage_gym.retrieval.learned_fusion import LearnedFusionHybrid
+
+    merged = {k: v for k, v in cfg.items() if v is not None}
+    if "components" in merged:
+        raise ValueError("hybrid_learned always reads bm25, dense and page_dense; drop 'components'")
+    comps = {n: _build_one(n, dict(merged.pop(n, None) or {})) for n in LearnedFusionHybrid.COMPONENTS}
+    return LearnedFusionHybrid(components=comps, **merged)
 
 
 def get_retriever(name: str = DEFAULT_RETRIEVER, **cfg: Any) -> Retriever:

@@ -50,7 +50,7 @@ class HybridRetriever:
     def __init__(self, components: Mapping[str, Retriever] | None = None,
                  weights: Mapping[str, float] | None = None, k: float = 60.0, ignore_zero: bool = True,
                  element_weights: Mapping[str, float] | None = None, element_k: float | None = None,
-                 name: str = "hybrid") -> None:
+                 name: str = "hybrid", observed: Mapping[str, Retriever] | None = None) -> None:
         if components is None:
             from mage_gym.retrieval.bm25 import BM25Retriever
             from mage_gym.retrieval.dense import DenseRetriever
@@ -59,6 +59,10 @@ class HybridRetriever:
         if not components:
             raise ValueError("hybrid retrieval needs at least one component")
         self.components: dict[str, Retriever] = dict(components)
+        self.observed: dict[str, Retriever] = dict(observed or {})
+        clash = set(self.observed) & set(self.components)
+        if clash:
+            raise ValueError(f"{sorted(clash)} both fused and observed-only; a channel is one or the other")
         weights = dict(weights or {})
         unknown = set(weights) - set(self.components)
         if unknown:
@@ -98,9 +102,17 @@ class HybridRetriever:
         )
 
     def score_with_components(self, graph: EvidenceGraph, query: Query) -> tuple[Scores, dict[str, Scores]]:
-        """Fused scores and the component scores they came from, in one pass."""
+        """Fused scores and the component scores they came from, in one pass; observed-only channels follow the
+        fused components in the dict (they are not fused)."""
         comps = self.score_components(graph, query)
-        return self.fuse(comps), comps
+        return self.fuse(comps), {**comps, **self.score_observed(graph, query)}
+
+    def score_observed(self, graph: EvidenceGraph, query: Query) -> dict[str, Scores]:
+        """Each observed-only channel's scores (empty without ``observed``). A channel that says it cannot
+        score this query (``can_score``: e.g. query vectors from another encoder than its own) is left out,
+        so its column stays 0; fused channels have no such escape: they raise."""
+        return {name: r.score(graph, query) for name, r in self.observed.items()
+                if getattr(r, "can_score", None) is None or r.can_score(graph, query)}
 
     def score(self, graph: EvidenceGraph, query: Query) -> Scores:
         return self.fuse(self.score_components(graph, query))
@@ -190,7 +202,7 @@ class DensityGatedHybrid(HybridRetriever):
 
     def score_with_components(self, graph: EvidenceGraph, query: Query) -> tuple[Scores, dict[str, Scores]]:
         comps = self.score_components(graph, query)
-        return self.fuse(comps, self.gate(graph)), comps
+        return self.fuse(comps, self.gate(graph)), {**comps, **self.score_observed(graph, query)}
 
     def score(self, graph: EvidenceGraph, query: Query) -> Scores:
         return self.score_with_components(graph, query)[0]

@@ -351,6 +351,24 @@ class PageTextDenseRetriever:
             raise ValueError("query vector has non-finite values")
         return vec / norm if norm > 0 else vec
 
+    def can_score(self, graph: EvidenceGraph, query: Query) -> bool:
+        """Whether ``query``'s vector lives in the space of this graph's chunk encoder, decided without
+        encoding anything (a hybrid's observed-only channel is skipped otherwise: a test double's toy query
+        vectors are not MiniLM's, and embedding every toy page with MiniLM would only end in an error)."""
+        if query.vector is None:
+            return True
+        if self._encoder_arg is not None:
+            dim = getattr(self.encoder(graph), "dim", None)
+        else:
+            m = re.fullmatch(r"hashing-bow-(\d+)", str(graph.meta.get("embed_model", "") or ""))
+            if m:
+                dim = int(m.group(1))
+            else:
+                from mage_gym.graph.embed import EMBED_DIM
+
+                dim = EMBED_DIM
+        return dim is None or int(np.size(query.vector)) == int(dim)
+
     def score(self, graph: EvidenceGraph, query: Query) -> Scores:
         idx = self.index(graph)
         vec = self.query_vector(graph, query)

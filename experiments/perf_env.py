@@ -16,20 +16,32 @@ retriever (BM25 + dense, RRF) at reset and at every SearchEvidence. Measures
   process builds its own graph first, outside the timed window);
 * reset: warm (episode seen before in this process: relevance cached) and
   cold (a new question: retrieval scoring included), in ms;
-* RSS of the first env (graph included) and per additional env (MB).
+* RSS of the first env (graph included) and per additional env (MB);
+* with ``--compare-tree PATH`` (another checkout of the project, e.g. the
+  previous commit unpacked with ``git archive``): the same step loop in fresh
+  processes, alternating between that tree and this one (who goes first
+  alternates too), each process warming up then timing ``--repeats`` runs;
+  medians per tree, their ratio, and the load average around every process.
+  Other work on the machine slows both trees alike, so the ratio is the
+  figure to trust on a shared machine.
 
 Run::
 
     .venv/bin/python experiments/perf_env.py                     # writes outputs/perf_env/results.json
     .venv/bin/python experiments/perf_env.py --pages 100 --steps 5000 --procs 1
+    git archive HEAD~1 | tar -x -C /tmp/before && \
+        .venv/bin/python experiments/perf_env.py --procs '' --compare-tree /tmp/before
 """
 from __future__ import annotations
 
 import argparse
+import json
 import multiprocessing as mp
 import os
 import platform
 import statistics
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -143,6 +155,65 @@ def parallel_rate(procs: int, pages: int, elements: int, encoder: str, n_steps: 
     return sum(o[2] for o in out) / (end - start)
 
 
+#: The step loop a --compare-tree process runs, written against what every version of this script has
+#: (setup, make_env, run_steps), so an older checkout can be measured by the same code as this one.
+_TREE_WORKER = """
+import json, os, sys
+import mage_gym
+from experiments.perf_env import make_env, run_steps, setup
+pages, elements, encoder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+steps, repeats = int(sys.argv[4]), int(sys.argv[5])
+load0 = os.getloadavg()[0]
+_, episodes, query_fn = setup(pages, elements, encoder)
+env = make_env(episodes, query_fn)
+for ep in episodes:
+    env.reset(options={"episode_id": ep.episode.episode_id})
+run_steps(env, 2000, 0)
+wall, cpu = [], []
+for r in range(repeats):
+    w, c, _ = run_steps(env, steps, r + 1)
+    wall.append(steps / w)
+    cpu.append(steps / c)
+print(json.dumps({"wall": wall, "cpu": cpu, "package": os.path.dirname(mage_gym.__file__),
+                  "load_before": load0, "load_after": os.getloadavg()[0]}))
+"""
+
+
+def tree_rates(tree: Path, pages: int, elements: int, encoder: str, steps: int, repeats: int) -> dict:
+    """Run the step loop of ``tree`` (its own ``mage_gym`` and ``experiments``) in a fresh process."""
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    out = subprocess.run([sys.executable, "-c", _TREE_WORKER, str(pages), str(elements), encoder, str(steps),
+                          str(repeats)], cwd=tree, env=env, capture_output=True, text=True, check=True)
+    res = json.loads(out.stdout.strip().splitlines()[-1])
+    if Path(res["package"]).resolve() != (tree / "mage_gym").resolve():
+        raise RuntimeError(f"the process for {tree} imported mage_gym from {res['package']}")
+    return res
+
+
+def compare_trees(this: Path, other: Path, rounds: int, pages: int, elements: int, encoder: str, steps: int,
+                  repeats: int) -> dict:
+    """Step rates of this tree and ``other``, ``rounds`` fresh processes each, alternating (see module doc)."""
+    runs: dict[str, list[dict]] = {"this": [], "other": []}
+    trees = {"this": this, "other": other}
+    for r in range(rounds):
+        for name in (("this", "other") if r % 2 == 0 else ("other", "this")):
+            res = tree_rates(trees[name], pages, elements, encoder, steps, repeats)
+            runs[name].append(res)
+            print(f"  round {r} {name:5s}: {statistics.median(res['cpu']):.0f} steps/s per CPU-second, "
+                  f"{statistics.median(res['wall']):.0f} wall (load {res['load_before']:.1f} -> "
+                  f"{res['load_after']:.1f})", flush=True)
+    out: dict = {"tree": str(other), "rounds": rounds, "repeats_per_process": repeats}
+    for name in ("this", "other"):
+        wall = [x for res in runs[name] for x in res["wall"]]
+        cpu = [x for res in runs[name] for x in res["cpu"]]
+        out[name] = {"steps_per_s_wall": statistics.median(wall), "steps_per_s_cpu": statistics.median(cpu),
+                     "steps_per_s_wall_best": max(wall), "runs": len(wall),
+                     "load_average_1min": [[res["load_before"], res["load_after"]] for res in runs[name]]}
+    out["ratio_wall"] = out["this"]["steps_per_s_wall"] / out["other"]["steps_per_s_wall"]
+    out["ratio_cpu"] = out["this"]["steps_per_s_cpu"] / out["other"]["steps_per_s_cpu"]
+    return out
+
+
 def measure_memory(pages: int, elements: int, encoder: str, extra: int) -> dict[str, float]:
     base = rss_mb()
     graph, episodes, query_fn = setup(pages, elements, encoder)
@@ -173,9 +244,14 @@ def main() -> None:
     ap.add_argument("--compare-retrievers", nargs="*", default=[],
                     help="also time cold resets of these retrievers beside the default, interleaved "
                          "(e.g. hybrid_elements hybrid_pages)")
+    ap.add_argument("--compare-tree", type=str, default=None,
+                    help="another checkout of the project: also measure its step loop, alternating fresh processes "
+                         "with this tree's (see the module doc)")
+    ap.add_argument("--compare-rounds", type=int, default=5, help="processes per tree for --compare-tree")
     ap.add_argument("--out", type=str, default="outputs/perf_env")
     args = ap.parse_args()
 
+    load_start = os.getloadavg()[0]
     t = time.perf_counter()
     graph, episodes, query_fn = setup(args.pages, args.elements, args.encoder)
     print(f"graph: {graph.n_pages} pages, {graph.n_elements} elements, {graph.n_edges} edges "
@@ -203,7 +279,8 @@ def main() -> None:
         eps.append(args.steps / max(1, n_eps))
     results = {
         "config": vars(args), "machine": {"python": platform.python_version(), "cores": os.cpu_count(),
-                                          "load_average_1min": os.getloadavg()[0]},
+                                          "load_average_1min": os.getloadavg()[0],
+                                          "load_average_1min_at_start": load_start},
         "graph": {"pages": graph.n_pages, "elements": graph.n_elements, "edges": graph.n_edges},
         "steps_per_s_wall": statistics.median(walls), "steps_per_s_cpu": statistics.median(cpus),
         "steps_per_s_wall_best": max(walls),
@@ -236,6 +313,18 @@ def main() -> None:
         if 1 in scaling and 2 in scaling:
             results["speedup_2_vs_1"] = scaling[2] / scaling[1]
             print(f"speed-up 2 vs 1 processes: {results['speedup_2_vs_1']:.2f}x")
+    if args.compare_tree:
+        other = Path(args.compare_tree).resolve()
+        this = Path(__file__).resolve().parents[1]
+        print(f"this tree vs {other} ({args.compare_rounds} alternating processes each, {args.repeats} x "
+              f"{args.steps} steps per process):")
+        cmp = compare_trees(this, other, args.compare_rounds, args.pages, args.elements, args.encoder, args.steps,
+                            args.repeats)
+        results["compare_tree"] = cmp
+        print(f"steps/s per CPU-second: this {cmp['this']['steps_per_s_cpu']:.0f}, other "
+              f"{cmp['other']['steps_per_s_cpu']:.0f} (ratio {cmp['ratio_cpu']:.3f}); wall: this "
+              f"{cmp['this']['steps_per_s_wall']:.0f}, other {cmp['other']['steps_per_s_wall']:.0f} "
+              f"(ratio {cmp['ratio_wall']:.3f})")
     ctx = mp.get_context("spawn")
     with ctx.Pool(1) as pool:  # a fresh process, so RSS is not polluted by the runs above
         mem = pool.apply(measure_memory, (args.pages, args.elements, args.encoder, args.extra_envs))

@@ -30,7 +30,6 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import IntEnum
-from functools import lru_cache
 from typing import Callable, ClassVar
 
 import numpy as np
@@ -232,7 +231,8 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
 
     Refused operations change nothing but ``counters.invalid``.
     """
-    op = Op(op)
+    if type(op) is not Op:  # (the env's decoded actions already are: skip the enum call)
+        op = Op(op)
     err = check_operation(state, op, node, free_text)
     if err is None and op == Op.STOP:
         err = "Stop is handled by the environment"
@@ -282,7 +282,9 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
 
 
 _SEARCH_ORDERS: "OrderedDict[int, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
-_MAX_SEARCH_ORDERS = 256
+#: Why this many: a random or learned policy searches from hundreds to thousands of distinct slot nodes per
+#: question, and a miss re-sorts every page. Bounded by stored page indices (16 MB), at least 256 orders.
+_MAX_SEARCH_ORDER_PAGES = 2_000_000
 
 
 def _best_unvisited_pages(state: EvidenceState, scores: np.ndarray, budget: int) -> np.ndarray:
@@ -306,10 +308,17 @@ def _best_unvisited_pages(state: EvidenceState, scores: np.ndarray, budget: int)
     else:
         order = np.argsort(-scores, kind="stable")
         _SEARCH_ORDERS[key] = (scores, order)  # holds the array, so its id cannot be reused while cached
-        while len(_SEARCH_ORDERS) > _MAX_SEARCH_ORDERS:
+        while len(_SEARCH_ORDERS) > max(256, _MAX_SEARCH_ORDER_PAGES // max(1, len(scores))):
             _SEARCH_ORDERS.popitem(last=False)
-    ranked = order[st[order] == UNVISITED]
+    head = order[:_SEARCH_HEAD]  # usually enough: the best pages not yet visited, without filtering all pages
+    ranked = head[st[head] == UNVISITED]
+    if len(ranked) < budget and len(order) > _SEARCH_HEAD:
+        ranked = order[st[order] == UNVISITED]
     return ranked[: min(budget, len(ranked))]
+
+
+#: Pages of a search's order looked at first; the rest only when fewer than the budget are unvisited among them.
+_SEARCH_HEAD = 32
 
 
 def _slot_rules(st: np.ndarray, pst: np.ndarray, is_el: np.ndarray, can_activate: bool, can_search: bool,
@@ -340,11 +349,9 @@ def _rule_tables() -> np.ndarray:
 
 
 _RULES = _rule_tables()
-
-
-@lru_cache(maxsize=None)
-def _layout(K: int) -> ActionLayout:
-    return ActionLayout(K)
+#: ``_RULES`` with the operation axis before the node-code axis: ``_RULES_BY_OP[case].take(codes, axis=1)`` is the
+#: ``[n_slot_ops, n]`` block the flat mask holds (rows follow SLOT_OPS), gathered in one call.
+_RULES_BY_OP = np.ascontiguousarray(_RULES.transpose(0, 2, 1))
 
 
 def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -> np.ndarray:
@@ -353,23 +360,20 @@ def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -
     Vectorised twin of :func:`check_operation` over the ``K`` slot nodes
     (``n``: how many leading slots are filled; computed when None): each
     filled slot's node is coded by its state, its page's state and whether it
-    is an element, and its row of the mask is read from :func:`_slot_rules`
-    tabulated for the budget's case.
+    is an element (``state.code``, kept current by the state), and its row of
+    the mask is read from :func:`_slot_rules` tabulated for the budget's case.
     """
-    layout = _layout(len(slots))
-    mask = np.zeros(layout.n, dtype=bool)
-    mask[layout.STOP] = True  # after the end only Stop stays marked, so a mask is never empty (vector envs)
+    K = len(slots)
+    mask = np.zeros(1 + len(SLOT_OPS) * K, dtype=bool)
+    mask[ActionLayout.STOP] = True  # after the end only Stop stays marked, so a mask is never empty (vector envs)
     if state.stopped:
         return mask
     if n is None:
         n = int(np.count_nonzero(slots >= 0))
     if n == 0:
         return mask
-    gi = state.gi
-    s = slots[:n]
-    node_state = state.node_state
-    code = node_state[s] * 8 + node_state[gi.node_page[s]] * 2 + (s >= gi.n_pages)  # pages come first
     can_activate = state.round_left > 0 and state.acts_left > 0
     case = can_activate + 2 * (can_activate and state.n_unvisited_pages > 0) + 4 * (state.opens_left > 0)
-    layout.blocks(mask)[:, :n] = _RULES[case][code].T  # a view: rows follow SLOT_OPS
+    blocks = mask[1:].reshape(len(SLOT_OPS), K)  # a view: one row per slot operation
+    blocks[:, :n] = _RULES_BY_OP[case].take(state.code[slots[:n]], axis=1)
     return mask

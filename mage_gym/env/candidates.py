@@ -32,7 +32,8 @@ def slot_nodes(state: EvidenceState, order: np.ndarray, K: int) -> np.ndarray:
     return fill_slots(state, order, K)[0]
 
 
-#: First chunk of the frontier scan (ranks); doubled until enough frontier nodes are found.
+#: First chunk of the frontier scan (ranks); doubled until enough frontier nodes are found. (perf_env's random
+#: play on a 500-page document: the last frontier slot has median rank 181, and rank < 1,024 in 99.96% of steps.)
 _SCAN0 = 1024
 
 
@@ -44,7 +45,7 @@ def fill_slots(state: EvidenceState, order: np.ndarray, K: int) -> tuple[np.ndar
     ranks when the first few thousand already hold ``K`` frontier nodes
     (same result as one ``nonzero`` over the whole array).
     """
-    out = np.full(K, -1, dtype=np.intp)
+    out = np.empty(K, dtype=np.intp)
     w = state.working
     nw = min(len(w), K)
     if nw:
@@ -60,7 +61,9 @@ def fill_slots(state: EvidenceState, order: np.ndarray, K: int) -> tuple[np.ndar
             hi = min(n, lo + chunk)
             r = fr[lo:hi].nonzero()[0]
             if len(r):
-                r = r[: need - nf] + lo
+                r = r[: need - nf]
+                if lo:
+                    r = r + lo
                 found.append(r)
                 nf += len(r)
                 if nf >= need:
@@ -69,6 +72,8 @@ def fill_slots(state: EvidenceState, order: np.ndarray, K: int) -> tuple[np.ndar
         if nf:
             ranks = found[0] if len(found) == 1 else np.concatenate(found)
             out[nw: nw + nf] = order[ranks]
+    if nw + nf < K:
+        out[nw + nf:] = -1
     return out, nw + nf
 
 

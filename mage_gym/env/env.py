@@ -230,6 +230,7 @@ class MageRAGEnv(gym.Env):
             raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
         self.layout = ActionLayout(int(K))
         self.K = self.layout.K
+        self._decoded = [self.layout.decode(a) for a in range(self.layout.n)]  # step's decode, as a table
         self._provider = as_provider(episodes, parser=shortcuts.get("parser", "layout"),
                                      max_graphs=shortcuts.get("max_graphs", 4),
                                      graph_kwargs=shortcuts.get("graph_kwargs"))
@@ -448,7 +449,8 @@ class MageRAGEnv(gym.Env):
         state = self._require()
         if state.stopped:
             raise RuntimeError("the episode is over; call reset()")
-        op, slot = self.layout.decode(int(action))
+        a = int(action)
+        op, slot = self._decoded[a] if 0 <= a < len(self._decoded) else self.layout.decode(a)  # (decode raises)
         node = -1 if op == Op.STOP else int(self._current_slots()[slot])
         res = self._single(op, node, slot=slot, auto_close=True)
         return self._result(res, [res.error] if res.error else [])

@@ -67,9 +67,9 @@ _PAGEACT = _ACTPOS + 1
 _LINKER = _PAGEACT + 1
 _PAGEDIST = _LINKER + 1  # the one column built per step (not kept by the state)
 N_FEATURES = len(NODE_FEATURES)
-# the state's dynamic table follows the unvisited column, in the same order as NODE_FEATURES
-assert _PAGEDIST - (_STATE0 + 1) == N_DYN and _PAGEACT - (_STATE0 + 1) == DYN_PAGEACT
-assert _LINKER - (_STATE0 + 1) == DYN_LINKER and N_FEATURES == _PAGEDIST + 1
+# the state's dynamic table starts at the unvisited column, in the same order as NODE_FEATURES
+assert _PAGEDIST - _STATE0 == N_DYN and _PAGEACT - _STATE0 == DYN_PAGEACT
+assert _LINKER - _STATE0 == DYN_LINKER and N_FEATURES == _PAGEDIST + 1
 
 
 NUMERIC_KEYS: tuple[str, ...] = ("nodes", "slot_mask", "budget", "progress", "question")
@@ -159,13 +159,27 @@ def turn_features(turn: int, n_turns: int) -> np.ndarray:
     return np.array([turn / max(1, n_turns - 1), float(turn > 0)], dtype=np.float32)
 
 
+_QUESTION_VECS: "weakref.WeakKeyDictionary[EpisodeRelevance, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
 def question_features(rel: EpisodeRelevance) -> np.ndarray:
-    out = np.zeros(QUESTION_DIM, dtype=np.float32)
-    v = rel.query.vector
-    if v is not None:
-        v = np.asarray(v, dtype=np.float32).ravel()[:QUESTION_DIM]
-        out[: len(v)] = v
-    return np.clip(out, -1.0, 1.0)
+    """float32 [QUESTION_DIM], read-only: the question vector, cut or zero-padded, clipped to [-1, 1].
+
+    Cached per relevance object (it is shared by every reset of the episode in
+    the process, and ``np.clip`` alone costs more than the rest of a warm
+    reset's bookkeeping); read-only because it is shared: observations copy it.
+    """
+    out = _QUESTION_VECS.get(rel)
+    if out is None:
+        out = np.zeros(QUESTION_DIM, dtype=np.float32)
+        v = rel.query.vector
+        if v is not None:
+            v = np.asarray(v, dtype=np.float32).ravel()[:QUESTION_DIM]
+            out[: len(v)] = v
+        out = np.clip(out, -1.0, 1.0)
+        out.setflags(write=False)
+        _QUESTION_VECS[rel] = out
+    return out
 
 
 _TABLES: "OrderedDict[tuple[int, int], tuple[object, object, np.ndarray]]" = OrderedDict()
@@ -199,55 +213,46 @@ def build_observation(state: EvidenceState, table: np.ndarray, slots: np.ndarray
 
     ``table`` is :func:`node_table` of the episode; ``n`` the number of filled
     slots. Dynamic columns come from ``state.dyn`` (kept current by the state),
-    so this is two gathers, plus :func:`active_page_distance` over the filled
-    slots.
+    so this is two row gathers, plus :func:`active_page_distance` over the
+    filled slots. Row gathers use ``take`` (faster than fancy indexing of a
+    2-D array for a few dozen rows; for 1-D gathers fancy indexing is
+    faster); the one ``budget`` + ``progress`` array is split into two views
+    that nothing else holds.
     """
     K = len(slots)
     b = state.budget
     c = state.counters
-    nodes = np.zeros((K, N_FEATURES), dtype=np.float32)
+    if n == K:  # the usual case on a real document: every row is written below
+        nodes = np.empty((K, N_FEATURES), dtype=np.float32)
+        slot_mask = np.empty(K, dtype=np.float32)
+        slot_mask.fill(1.0)  # (np.ones is a Python-level wrapper around these two calls)
+    else:
+        nodes = np.zeros((K, N_FEATURES), dtype=np.float32)
+        slot_mask = np.zeros(K, dtype=np.float32)
+        slot_mask[:n] = 1.0
     if n:
         s = slots[:n]
-        nodes[:n, :_STATE0] = table[s]
-        nodes[:n, _STATE0] = state.node_state[s] == 0
-        nodes[:n, _STATE0 + 1:_PAGEDIST] = state.dyn[s]
-        nodes[:n, _PAGEDIST] = active_page_distance(state, s)
-    slot_mask = np.zeros(K, dtype=np.float32)
-    slot_mask[:n] = 1.0
-    budget = np.array([
-        state.round_left / b.m,
-        state.acts_left / b.M if b.M else 0.0,
-        state.opens_left / b.B if b.B else 0.0,
-        state.rounds_left / b.T,
-    ], dtype=np.float32)
-    progress = np.array([min(1.0, c.round / b.T), min(1.0, c.steps / b.max_steps)], dtype=np.float32)
-    return {"nodes": nodes, "slot_mask": slot_mask, "budget": budget, "progress": progress,
+        rows = nodes[:n]
+        rows[:, :_STATE0] = table.take(s, axis=0)
+        rows[:, _STATE0:_PAGEDIST] = state.dyn.take(s, axis=0)
+        rows[:, _PAGEDIST] = active_page_distance(state, s)
+    m, M, B, T = b.m, b.M, b.B, b.T  # the state's *_left properties, inlined (this runs every step)
+    scalars = np.array((
+        max(0, m - c.round_acts) / m,
+        max(0, M - c.acts_used) / M if M else 0.0,
+        max(0, B - c.opens_used) / B if B else 0.0,
+        max(0, T - c.round) / T,
+        min(1.0, c.round / T), min(1.0, c.steps / b.max_steps),
+    ), dtype=np.float32)
+    return {"nodes": nodes, "slot_mask": slot_mask, "budget": scalars[:4], "progress": scalars[4:],
             "question": question.copy()}
-
-
-_LOG_DIST: "weakref.WeakKeyDictionary[object, np.ndarray]" = weakref.WeakKeyDictionary()
-
-
-def _log_distance_table(gi) -> np.ndarray:
-    """float32 [n_pages + 1]: log1p(d) / log1p(n_pages - 1) for every page distance d; 1 at d = n_pages
-    (the state's "no active page")."""
-    lut = _LOG_DIST.get(gi)
-    if lut is None:
-        d = np.arange(gi.n_pages + 1, dtype=np.float64)
-        lut = np.minimum(1.0, np.log1p(d) / np.log1p(max(1, gi.n_pages - 1))).astype(np.float32)
-        lut[gi.n_pages] = 1.0
-        _LOG_DIST[gi] = lut
-    return lut
 
 
 def active_page_distance(state: EvidenceState, nodes: np.ndarray) -> np.ndarray:
     """float32 [len(nodes)]: log1p(pages to the nearest active page) / log1p(n_pages - 1), in [0, 1].
 
-    Why log-scaled by the document's length: on a 500-page report a linear
-    scale would put the neighbouring page at 0.002, indistinguishable from the
-    active page itself, while "next page" vs "ten pages away" is what matters.
-    1 when no page is active. The state keeps the integer distance per page
+    Why log-scaled: see :func:`~mage_gym.env.state.log_distance_table`. 1
+    when no page is active. The state keeps the scaled distance per page
     (updated on page activations and prunes only), so this is two gathers.
     """
-    gi = state.gi
-    return _log_distance_table(gi)[state.page_dist[gi.node_page[nodes]]]
+    return state.page_dist[state.gi.node_page[nodes]]

@@ -8,6 +8,9 @@ process-level caches live in :mod:`mage_gym.env.relevance`.
 """
 from __future__ import annotations
 
+import threading
+import weakref
+from collections import OrderedDict
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -19,6 +22,41 @@ from mage_gym.env.relevance import (
 )
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever
+
+
+class _NodeSearch:
+    """A slot search's query and (once computed) its page scores, for one (retriever, episode relevance, node)."""
+
+    __slots__ = ("rel_ref", "retriever", "query", "scores")
+
+    def __init__(self, rel: EpisodeRelevance, retriever: Retriever, query: Query) -> None:
+        self.rel_ref = weakref.ref(rel)
+        self.retriever = retriever
+        self.query = query
+        self.scores: np.ndarray | None = None
+
+
+#: Slot searches by (id(retriever), id(relevance), node). Why: a learned policy searches from the same slot
+#: nodes in episode after episode, and building the query (text, normalised vector) and its cache key costs
+#: more than the rest of the step's bookkeeping; entries hold the relevance weakly, so a recycled id is caught.
+_NODE_SEARCHES: "OrderedDict[tuple[int, int, int], _NodeSearch]" = OrderedDict()
+_MAX_NODE_SEARCHES = 4096
+_LOCK = threading.Lock()
+
+
+def _node_search(retriever: Retriever, gi: GraphIndex, rel: EpisodeRelevance, node: int) -> _NodeSearch:
+    key = (id(retriever), id(rel), node)
+    with _LOCK:
+        hit = _NODE_SEARCHES.get(key)
+        if hit is not None and hit.rel_ref() is rel and hit.retriever is retriever:
+            _NODE_SEARCHES.move_to_end(key)
+            return hit
+    entry = _NodeSearch(rel, retriever, node_query(rel.query, gi.text(node), gi.vectors[node]))
+    with _LOCK:
+        _NODE_SEARCHES[key] = entry
+        while len(_NODE_SEARCHES) > _MAX_NODE_SEARCHES:
+            _NODE_SEARCHES.popitem(last=False)
+    return entry
 
 
 class EnvRetrieval:
@@ -45,11 +83,17 @@ class EnvRetrieval:
         A free-text search (LLM rounds, scripted calls) encodes ``query_text``;
         a slot search (learned policies) uses the question plus the node's text.
         """
+        graph, retriever = gi.graph, self.retriever
         if free_text:
             query = cached_query(self.query_fn, query_text or "")
-        elif 0 <= node < gi.n_nodes:
-            query = node_query(rel.query, gi.text(node), gi.vectors[node])
-        else:
+            return query, (lambda: search_page_scores(graph, retriever, query))
+        if not 0 <= node < gi.n_nodes:
             return None, None
-        graph, retriever = gi.graph, self.retriever
-        return query, (lambda: search_page_scores(graph, retriever, query))
+        entry = _node_search(retriever, gi, rel, node)
+
+        def scores() -> np.ndarray:
+            if entry.scores is None:
+                entry.scores = search_page_scores(graph, retriever, entry.query)
+            return entry.scores
+
+        return entry.query, scores

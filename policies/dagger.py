@@ -53,6 +53,7 @@ class DaggerConfig:
     lr: float = 1e-3
     weight_decay: float = 0.01      # AdamW weight decay of the fit
     question_dropout: float = 0.5   # share of fitted samples whose question embedding is zeroed
+    act_weight: float = 1.0         # loss weight of states the teacher acts in (label set without Stop) vs stops
     patience: int = 3               # stop after this many rounds without a better validation reward
     max_aggregate: int = 200_000    # labelled states kept (the oldest are dropped beyond this)
 
@@ -194,7 +195,8 @@ def run_dagger(model: Any, env: Any, teacher: Policy, episode_ids: Sequence[str]
         data = aggregate(data, demos, int(cfg.max_aggregate))
         losses = behaviour_clone(model, data, updates=int(cfg.updates), batch_size=int(cfg.batch_size),
                                  lr=float(cfg.lr), seed=seed + r, log_every=max(1, int(cfg.updates)),
-                                 weight_decay=float(cfg.weight_decay), question_dropout=float(cfg.question_dropout))
+                                 weight_decay=float(cfg.weight_decay), question_dropout=float(cfg.question_dropout),
+                                 act_weight=float(cfg.act_weight))
         row: dict[str, Any] = {"round": r, "beta": beta, "env_steps": env_steps, "aggregate": len(data["actions"]),
                                "loss": losses[-1] if losses else None, "fit_agreement": agreement(model, data),
                                **{f"rollout_{k}": v for k, v in stats.items()}}

@@ -47,7 +47,7 @@ def collect_demos(env: Any, teacher: Policy, episode_ids: Sequence[str], seed: i
 
 def behaviour_clone(model: Any, demos: dict[str, np.ndarray], updates: int = 1000, batch_size: int = 256,
                     lr: float = 1e-3, seed: int = 0, log_every: int = 100, weight_decay: float = 0.0,
-                    question_dropout: float = 0.0) -> list[float]:
+                    question_dropout: float = 0.0, act_weight: float = 1.0) -> list[float]:
     """Maximise the masked log-likelihood of the demo actions under ``model.policy`` for ``updates``
     minibatch steps (a few hundred demo steps need many passes); returns the mean loss per ``log_every``.
 
@@ -57,7 +57,11 @@ def behaviour_clone(model: Any, demos: dict[str, np.ndarray], updates: int = 100
     Regularisers against memorising a few hundred questions (the student fits its training states
     almost perfectly while agreeing with the teacher on far fewer validation states): ``weight_decay``
     (AdamW) and ``question_dropout``, the share of samples whose question embedding is zeroed in a
-    minibatch, so the decision must also stand on the per-slot signals (relevance, links, cues)."""
+    minibatch, so the decision must also stand on the per-slot signals (relevance, links, cues).
+
+    ``act_weight``: the loss weight of states where the teacher does not stop (its label set excludes
+    Stop, action 0) relative to states where it stops. Most labelled states are stops, so an unweighted
+    fit learns to stop early; a weight above 1 counts the rarer "acting is right" states more."""
     import torch as th
 
     policy = model.policy
@@ -77,10 +81,17 @@ def behaviour_clone(model: Any, demos: dict[str, np.ndarray], updates: int = 100
             obs["question"] = obs["question"] * keep.unsqueeze(-1).to(obs["question"].dtype)
         dist = _distribution(policy, obs, demos["masks"][idx])
         if "label_sets" in demos:
-            loss = -set_log_prob(dist, th.as_tensor(demos["label_sets"][idx], device=policy.device)).mean()
+            nll = -set_log_prob(dist, th.as_tensor(demos["label_sets"][idx], device=policy.device))
+            acting = ~demos["label_sets"][idx][:, 0]
         else:
             acts = th.as_tensor(demos["actions"][idx], device=policy.device)
-            loss = -dist.log_prob(acts).mean()
+            nll = -dist.log_prob(acts)
+            acting = demos["actions"][idx] != 0
+        if act_weight != 1.0:
+            w = th.as_tensor(np.where(acting, float(act_weight), 1.0), dtype=nll.dtype, device=policy.device)
+            loss = (nll * w).sum() / w.sum()
+        else:
+            loss = nll.mean()
         opt.zero_grad()
         loss.backward()
         th.nn.utils.clip_grad_norm_(policy.parameters(), 0.5)

@@ -77,7 +77,7 @@ LEGACY_RELEVANCE_COLUMNS: tuple[str, ...] = ("fused", "bm25", "dense", "none")
 
 
 #: loaded when no checkpoint is given: a DAgger student shipped with the package (its README says how it was made)
-SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "dagger_seed1.zip"
+SHIPPED_CHECKPOINT = Path(__file__).resolve().parent / "checkpoints" / "dagger_seed2.zip"
 
 
 class CheckpointMismatch(ValueError):

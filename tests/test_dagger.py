@@ -235,3 +235,32 @@ def test_a_question_blind_slot_net_ignores_the_question_embedding() -> None:
     with th.no_grad():
         assert th.equal(blind(base), blind(other))
         assert not th.allclose(seeing(base), seeing(other))
+
+
+def test_act_weight_counts_the_states_where_the_teacher_acts_more(train_pairs) -> None:
+    """One observation labelled Stop three times and an activation once: the fitted probability of the
+    activation follows the weighted label frequency, about 1/4 unweighted and about 1/2 with ``act_weight=3``."""
+    import torch as th
+
+    from policies.imitation import _distribution, behaviour_clone
+    from policies.ppo import build_model
+
+    th.set_num_threads(1)
+    env = make(train_pairs, privileged=False)
+    obs, _ = env.reset(seed=0, options={"episode_id": ids(train_pairs)[0]})
+    mask = np.asarray(env.get_wrapper_attr("action_masks")(), dtype=bool)
+    act = int(np.flatnonzero(mask[1:])[0]) + 1
+    demos = {f"obs/{k}": np.stack([np.asarray(v)] * 4) for k, v in obs.items()}
+    demos["masks"] = np.stack([mask] * 4)
+    demos["actions"] = np.array([0, 0, 0, act])
+    demos["label_sets"] = np.zeros((4, len(mask)), dtype=bool)
+    demos["label_sets"][np.arange(4), demos["actions"]] = True
+    probs = {}
+    for w in (1.0, 3.0):
+        m = build_model(env, seed=0)
+        behaviour_clone(m, demos, updates=300, batch_size=4, lr=3e-3, act_weight=w)
+        o = {k: th.as_tensor(demos[f"obs/{k}"][:1]) for k in obs}
+        with th.no_grad():
+            probs[w] = float(_distribution(m.policy, o, demos["masks"][:1]).distribution.probs[0, act])
+    env.close()
+    assert abs(probs[1.0] - 0.25) < 0.1 and abs(probs[3.0] - 0.5) < 0.1, probs

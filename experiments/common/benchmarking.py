@@ -480,7 +480,7 @@ def is_privileged(name: str) -> bool:
 
 
 #: ``equal_cost`` defaults (conf/benchmark.yaml documents them)
-EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "max_k": 20, "n_boot": 1000}
+EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "min_k": 1, "max_k": 20, "n_boot": 1000}
 
 
 def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any], reader: Any,
@@ -513,7 +513,7 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
         for mode in sorted({m for _, _, m in compared}):
             curve = curves.setdefault(mode, {})
             mine = [rows for _, rows, m in compared if m == mode]
-            while (k := needed_ks(mine, curve, int(ec["max_k"]))) is not None:
+            while (k := needed_ks(mine, curve, int(ec["max_k"]), int(ec["min_k"]))) is not None:
                 budget = budget_dict({**base, "k": k})
                 results, _ = run_policy(BASELINE, {**opts, "render_mode": mode}, episodes, cfg, budget, reader,
                                         seed=seed, progress=False)

@@ -118,9 +118,11 @@ def row_values(row: Mapping[str, Any], key: str) -> float | None:
 
 
 def needed_ks(policy_rows: Sequence[Sequence[Mapping[str, Any]]], curve: Mapping[int, Mapping[str, Any]],
-              max_k: int) -> int | None:
+              max_k: int, min_k: int = 1) -> int | None:
     """The next k the curve needs: the smallest k not run yet while the curve's top does not reach every
-    policy's mean tokens and pages (None: the curve covers them all, or ``max_k`` is reached)."""
+    policy's mean tokens and pages, or is below ``min_k`` (None: the curve covers them all, or ``max_k`` is
+    reached). ``min_k`` is for analyses of a subset of the questions (e.g. bridge questions only), whose
+    policy means can lie beyond the curve the means over all questions need."""
     def mean(rows: Sequence[Mapping[str, Any]], key: str) -> float:
         vals = [row_values(r, key) for r in rows]
         vals = [v for v in vals if v is not None]
@@ -131,7 +133,8 @@ def needed_ks(policy_rows: Sequence[Sequence[Mapping[str, Any]]], curve: Mapping
     k = 1
     while k in curve:
         rows = list(curve[k].values())
-        if mean(rows, "tokens_rendered") >= want_tokens and mean(rows, "pages_rendered") >= want_pages and k > 1:
+        if (mean(rows, "tokens_rendered") >= want_tokens and mean(rows, "pages_rendered") >= want_pages and k > 1
+                and k >= min_k):
             return None
         k += 1
     return k if k <= max_k else None

@@ -95,7 +95,8 @@ def _budget_label(b: Any) -> str:
 
 def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
     """A ``{"runs": [...]}`` file: one row per run, identity columns then its scalar metrics."""
-    ident = [k for k in ("policy", "dataset", "split", "budget", "channel", "k") if any(k in r for r in runs)]
+    ident = [k for k in ("policy", "dataset", "split", "subset", "budget", "channel", "k")
+             if any(k in r for r in runs)]
     metric_keys: list[str] = []
     for r in runs:
         for k, v in (r.get("metrics") or {}).items():

@@ -47,6 +47,14 @@ class GoldLike(Protocol):
     level: str
 
 
+def share(mask: np.ndarray | Sequence[bool]) -> float:
+    """Fraction of True in a non-empty bool array: ``float(np.mean(mask))`` without its dispatch overhead.
+
+    Bit-identical to the mean: numpy sums bools exactly in float64 and divides once, as this does.
+    """
+    return int(np.count_nonzero(mask)) / len(mask)
+
+
 @dataclass(frozen=True)
 class Coverage:
     """Which gold the reader got. Arrays are bool; evidence figures are ``None`` without countable gold."""
@@ -64,7 +72,7 @@ class Coverage:
     @property
     def support(self) -> float | None:
         """Share of counted gold items covered (the oracle reader's support)."""
-        return float(self.items[self.item_counted].mean()) if self.known else None
+        return share(self.items[self.item_counted]) if self.known else None
 
     @property
     def all_covered(self) -> bool | None:
@@ -72,7 +80,7 @@ class Coverage:
 
     @property
     def page_recall(self) -> float | None:
-        return float(self.page_covered.mean()) if len(self.pages) else None
+        return share(self.page_covered) if len(self.pages) else None
 
 
 def cover(gold: GoldLike, opened: np.ndarray, page_images: np.ndarray, node_page: np.ndarray) -> Coverage:
@@ -90,7 +98,7 @@ def cover(gold: GoldLike, opened: np.ndarray, page_images: np.ndarray, node_page
     if gold.level == "none" or n_items == 0:
         return Coverage(items, counted, (), np.zeros(0, dtype=bool))
     opened_on_page = np.zeros(n_pages, dtype=bool)
-    opened_idx = np.flatnonzero(opened)
+    opened_idx = np.asarray(opened).nonzero()[0]
     if len(opened_idx):
         opened_on_page[node_page[opened_idx]] = True
     has_element_gold = np.zeros(n_pages, dtype=bool)
@@ -129,4 +137,4 @@ def state_masks(node_state: np.ndarray, n_pages: int, visual: bool) -> tuple[np.
     return opened, pages
 
 
-__all__ = ["Coverage", "GoldLike", "cover", "state_masks"]
+__all__ = ["Coverage", "GoldLike", "cover", "share", "state_masks"]

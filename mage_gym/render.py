@@ -107,19 +107,28 @@ class _Fragment:
     tokens: int  # text tokens of the fragment plus its image tokens
     image: RenderedImage | None = None
     image_tokens: int = 0
+    node_id: str = ""
 
 
 _FRAGMENTS = None
 
 
-def _fragment_cache(graph: EvidenceGraph) -> dict:
-    """Per-graph memo of node fragments: node text is static, so each is built once per process."""
+def _fragment_cache(graph: EvidenceGraph, visual: bool, cfg: RenderConfig) -> tuple[dict, dict]:
+    """Per-graph memo of node fragments: node text is static, so each is built once per process.
+
+    One (pages, elements) pair of dicts per (mode, config), keyed by ``2 * index + state bit``
+    (activated / opened): int keys, so a render does not hash the config once per node.
+    """
     global _FRAGMENTS
     if _FRAGMENTS is None:
         from mage_gym.retrieval.cache import GraphIndexCache
 
         _FRAGMENTS = GraphIndexCache(max_graphs=8)
-    return _FRAGMENTS.get(graph, lambda g: {})
+    per_graph = _FRAGMENTS.get(graph, lambda g: {})
+    memo = per_graph.get((visual, cfg))
+    if memo is None:
+        memo = per_graph[(visual, cfg)] = ({}, {})
+    return memo
 
 
 def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
@@ -138,7 +147,7 @@ def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, 
             frag.append(f'<image ref="{esc(page.node_id)}" kind="page" width="{w}" height="{h}"/>\n')
     text = "".join(frag)
     # the page's own share of tokens includes its closing tag
-    return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok)
+    return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok, page.node_id)
 
 
 def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
@@ -158,7 +167,7 @@ def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, visual: bool, 
     else:
         inner = f"<summary>{esc(_clip(el.summary or el.text, cfg.max_summary_chars))}</summary>"
     text = f"{head}{inner}</element>\n"
-    return _Fragment(text, text_tokens(text) + img_tok, image, img_tok)
+    return _Fragment(text, text_tokens(text) + img_tok, image, img_tok, el.node_id)
 
 
 def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str = "",
@@ -172,59 +181,55 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
         raise ValueError(f"node-state table has shape {st.shape}; graph has {graph.n_nodes} nodes")
     n_pages = graph.n_pages
     visual = mode == "visual"
-    memo = _fragment_cache(graph)
+    page_memo, el_memo = _fragment_cache(graph, visual, cfg)
     page_on = st[:n_pages] == _ACTIVATED
-    el_idx = np.flatnonzero((st[n_pages:] == _ACTIVATED) | (st[n_pages:] == _OPENED))
+    el_idx = ((st[n_pages:] == _ACTIVATED) | (st[n_pages:] == _OPENED)).nonzero()[0]
     el_page = graph.node_page[el_idx + n_pages]
-    pages = np.union1d(np.flatnonzero(page_on), el_page).tolist()
+    shown = page_on.copy()  # pages rendered: activated ones and those holding a rendered element (ascending)
+    shown[el_page] = True
+    pages = shown.nonzero()[0].tolist()
     cuts = np.searchsorted(el_page, pages, side="left").tolist() + [len(el_idx)]
     el_idx_l = el_idx.tolist()
+    el_opened = (st[el_idx + n_pages] == _OPENED).tolist()
+    page_on_l = page_on.tolist()
 
+    # One pass collects the XML pieces and the rendered nodes' fragments in XML order; the per-node lists of
+    # the RenderedInput are then read off the fragments (node ids, tokens and images travel with them).
     parts: list[str] = [f'<evidence doc="{esc(graph.doc_id)}" pages="{n_pages}" mode="{mode}">\n']
-    images: list[RenderedImage] = []
-    node_ids: list[str] = []
+    shown_frags: list[_Fragment] = []
     opened_ids: list[str] = []
     page_image_ids: list[str] = []
-    node_tokens: list[tuple[str, int]] = []
-    image_total = 0
     for k, p in enumerate(pages):
-        on = bool(page_on[p])
-        key = ("p", p, on, visual, cfg)
-        frag = memo.get(key)
+        on = page_on_l[p]
+        frag = page_memo.get(2 * p + on)
         if frag is None:
-            frag = memo[key] = _page_fragment(graph, p, on, visual, cfg)
+            frag = page_memo[2 * p + on] = _page_fragment(graph, p, on, visual, cfg)
         parts.append(frag.text)
-        page_node = graph.pages[p].node_id
-        if on:
-            node_ids.append(page_node)
-            node_tokens.append((page_node, frag.tokens))
-            image_total += frag.image_tokens
+        if on:  # a page shown only as the container of its rendered elements is not a rendered node
+            shown_frags.append(frag)
             if frag.image is not None:
-                images.append(frag.image)
-                page_image_ids.append(page_node)
-        for j in el_idx_l[cuts[k]: cuts[k + 1]]:
-            opened = st[n_pages + j] == _OPENED
-            key = ("e", j, bool(opened), visual, cfg)
-            ef = memo.get(key)
+                page_image_ids.append(frag.node_id)
+        for i in range(cuts[k], cuts[k + 1]):
+            j, opened = el_idx_l[i], el_opened[i]
+            ef = el_memo.get(2 * j + opened)
             if ef is None:
-                ef = memo[key] = _element_fragment(graph, j, bool(opened), visual, cfg)
-            nid = graph.elements[j].node_id
+                ef = el_memo[2 * j + opened] = _element_fragment(graph, j, opened, visual, cfg)
             parts.append(ef.text)
-            node_ids.append(nid)
-            node_tokens.append((nid, ef.tokens))
-            image_total += ef.image_tokens
+            shown_frags.append(ef)
             if opened:
-                opened_ids.append(nid)
-            if ef.image is not None:
-                images.append(ef.image)
+                opened_ids.append(ef.node_id)
         parts.append("</page>\n")
     parts.append("</evidence>")
+    node_ids = tuple([f.node_id for f in shown_frags])
+    node_tokens = tuple([(f.node_id, f.tokens) for f in shown_frags])
+    images = tuple([f.image for f in shown_frags if f.image is not None])
+    image_total = sum([f.image_tokens for f in shown_frags])
     xml = "".join(parts)
     return RenderedInput(
-        question=question, xml=xml, images=tuple(images), mode=mode, node_ids=tuple(node_ids),
+        question=question, xml=xml, images=images, mode=mode, node_ids=node_ids,
         opened_ids=tuple(opened_ids), page_image_ids=tuple(page_image_ids),
         text_tokens=text_tokens(xml) + text_tokens(question), image_tokens=image_total,
-        node_tokens=tuple(node_tokens),
+        node_tokens=node_tokens,
     )
 
 

@@ -33,7 +33,7 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from mage_gym.coverage import Coverage, GoldLike, cover, state_masks
+from mage_gym.coverage import Coverage, GoldLike, cover, share, state_masks
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.graph.graph import EvidenceGraph
@@ -123,7 +123,9 @@ def noise(graph: EvidenceGraph, gold: GoldEvidence, rendered: RenderedInput, is_
     if is_gold is None:
         is_gold = gold_node_mask(graph, gold)
     idx = graph.index_of
-    non_gold = sum(t for nid, t in rendered.node_tokens if not is_gold[idx[nid]])
+    # one gather of the gold flags, then a plain Python sum of the (int) token counts of non-gold nodes
+    flags = is_gold[[idx[nid] for nid, _ in rendered.node_tokens]].tolist()
+    non_gold = sum([t for (_, t), gold_node in zip(rendered.node_tokens, flags) if not gold_node])
     return float(min(1.0, non_gold / rendered.tokens))
 
 
@@ -167,19 +169,19 @@ def episode_metrics(graph: EvidenceGraph, gold: GoldEvidence, rendered: Rendered
         opened, _ = rendered_masks(graph, rendered)
     if is_gold is None:
         is_gold = gold_node_mask(graph, gold)
-    opened_el = np.flatnonzero(opened[graph.n_pages:]) + graph.n_pages
+    opened_el = opened[graph.n_pages:].nonzero()[0] + graph.n_pages
     el_items = [i for i, is_page in enumerate(gold.item_is_page) if not is_page]
     el_recall = None
     if known and el_items:
         hits = [bool(opened[[n for n in gold.items[i] if 0 <= n < graph.n_nodes]].any()) for i in el_items]
-        el_recall = float(np.mean(hits))
-    n_page_nodes = int(np.sum(rendered_idx < graph.n_pages))
+        el_recall = share(hits)
+    n_page_nodes = int(np.count_nonzero(rendered_idx < graph.n_pages))
     return {
         "gold_known": known,
         "evidence_page_recall": covered.page_recall if known else None,
         "evidence_all_covered": covered.all_covered if known else None,
         "element_recall": el_recall,
-        "element_precision": float(is_gold[opened_el].mean()) if (known and len(opened_el)) else None,
+        "element_precision": share(is_gold[opened_el]) if (known and len(opened_el)) else None,
         "pages_rendered": n_page_nodes,
         "elements_rendered": len(rendered_idx) - n_page_nodes,
         "images_rendered": len(rendered.images),

@@ -180,3 +180,16 @@ def test_run_summaries_report_unanswerable_apart() -> None:
     assert groups["unanswerable"]["episodes"] == len(pairs) - n_answerable
     assert groups["unanswerable"]["evidence_page_recall"] is None
     assert groups["answerable"]["episodes"] == n_answerable and groups["answerable"]["evidence_page_recall"] == 1.0
+
+
+def test_share_is_the_float_mean_bit_for_bit() -> None:
+    """``share`` replaces ``float(mask.mean())`` in the metrics: same value and the same (Python float) type."""
+    from mage_gym.coverage import share
+
+    rng = np.random.default_rng(3)
+    for n in (1, 3, 7, 10, 49, 333):
+        for _ in range(20):
+            mask = rng.random(n) < rng.random()
+            assert type(share(mask)) is float
+            assert share(mask) == float(mask.mean()) == float(np.mean(mask.tolist()))
+            assert share(mask.tolist()) == share(mask)

@@ -34,6 +34,7 @@ from mage_gym.env.budget import Budget
 from mage_gym.env.candidates import fill_slots
 from mage_gym.env.episodes import LoadedEpisode, SealedEpisodes, as_provider, choose_episode_id, provider_max_turns
 from mage_gym.env.graph_index import GraphIndex, graph_index
+from mage_gym.env.initial import activate_entry_pages, initial_state
 from mage_gym.env.observation import (
     CONVERSATION_KEYS, NUMERIC_KEYS, PREV_QUESTION_KEY, QUESTION_DIM, TEXT_KEY, TURN_KEY, build_observation,
     check_observation_keys, node_table, observation_space, question_features, text_observation, turn_features,
@@ -416,17 +417,8 @@ class MageRAGEnv(gym.Env):
         rel = self.retrieval.relevance(loaded.graph, public.question)
         self._conv = Conversation.start(loaded.n_turns, self.budget, self.conversation_cap)
         budget = self._conv.turn_budget(self.budget) if self._conv.is_conversation else self.budget
-        state = EvidenceState.new(gi, budget, rel.rank_of)
-        entry = rel.page_order
-        window = public.page_window
-        if window is not None:  # pages outside the episode's window are out of play from the start
-            lo, hi = max(0, int(window[0])), min(gi.n_pages - 1, int(window[1]))
-            inside = np.zeros(gi.n_pages, dtype=bool)
-            inside[lo: hi + 1] = True
-            if inside.any():
-                state.block_pages(np.flatnonzero(~inside))
-                entry = entry[inside[entry]]
-        _activate_entry_pages(state, entry[: self.budget.k].tolist())
+        # window blocked, entry pages activated: a copy of a per-(graph, question, budget) template
+        state = initial_state(gi, budget, rel, public.page_window, self.budget.k)
         self._loaded, self.gi, self.rel, self.state = loaded, gi, rel, state
         self._question = public.question
         self._question_vec = question_features(rel)
@@ -678,7 +670,7 @@ class MageRAGEnv(gym.Env):
         state = carry_state(old, budget, rel.rank_of) if self.carry_over else EvidenceState.new(
             old.gi, budget, rel.rank_of)
         # the new question's entry pages are free; pages already held cost nothing
-        _activate_entry_pages(state, [p for p in rel.page_order[: self.budget.k].tolist()
+        activate_entry_pages(state, [p for p in rel.page_order[: self.budget.k].tolist()
                                       if state.node_state[p] == UNVISITED])
         self._prev_question_vec = self._question_vec
         self.rel, self.state, self._question = rel, state, question
@@ -785,9 +777,3 @@ class MageRAGEnv(gym.Env):
     def last_reader_output(self) -> ReaderOutput | None:
         return None if self._terminal is None else self._terminal["reader_output"]
 
-
-def _activate_entry_pages(state: EvidenceState, pages: Sequence[int]) -> None:
-    """Activate a question's entry pages for free (at reset, and for each later question of a conversation)."""
-    for p in pages:
-        state.activate(p)
-        state.counters.free_acts += 1

@@ -643,14 +643,15 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
     if results["config"].get("note"):
         lines += [f"Note: {results['config']['note']}", ""]
+    def margins(r: dict[str, Any] | None) -> str:
+        """One setting's bar margins on a split, as the adaptive and learned tables show them."""
+        if r is None:
+            return "-"
+        return f"worst {r['worst_margin']:+.2f} q., pooled R@5 {r['pooled_recall5']:.3f} (" + ", ".join(
+            f"{d} {v:+.2f}" for d, v in r["margin_questions"].items()) + ")"
+
     ad = results.get("adaptive_selection")
     if ad:
-        def margins(r: dict[str, Any] | None) -> str:
-            if r is None:
-                return "-"
-            return f"worst {r['worst_margin']:+.2f} q., pooled R@5 {r['pooled_recall5']:.3f} (" + ", ".join(
-                f"{d} {v:+.2f}" for d, v in r["margin_questions"].items()) + ")"
-
         lines += ["## Adaptive fusion (`--select-adaptive`)", "", f"Rule: {ad['rule']}", "",
                   f"Chosen family: {ad['chosen_family']}, setting {ad['chosen']}; meets the bar on train: "
                   f"{ad['meets_bar_on_train']}, on val: {ad['meets_bar_on_val']}; preset matches: "
@@ -663,10 +664,6 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
     ls = results.get("learned_selection")
     if ls:
-        def lm(r: dict[str, Any]) -> str:
-            return f"worst {r['worst_margin']:+.2f} q., pooled R@5 {r['pooled_recall5']:.3f} (" + ", ".join(
-                f"{d} {v:+.2f}" for d, v in r["margin_questions"].items()) + ")"
-
         lines += ["## Learned fusion (`--select-learned`)", "", f"Rule: {ls['rule']}", "",
                   f"Chosen: feature set {ls['chosen']['features']}, L2 {ls['chosen']['l2']}; meets the bar on train: "
                   f"{ls['meets_bar_on_train']}, on val: {ls['meets_bar_on_val']}; shipped model matches: "
@@ -674,8 +671,8 @@ def markdown(results: dict[str, Any]) -> str:
                   "Bar margins (summed recall@5 minus the best rival's, in questions) of every grid setting, fitted "
                   "on train:", "", "| feature set | L2 | features | train | val |", "|---|---|---|---|---|"]
         for r in ls["settings"]:
-            lines.append(f"| {r['setting']['features']} | {r['setting']['l2']} | {r['features']} | {lm(r['train'])} "
-                         f"| {lm(r['val'])} |")
+            lines.append(f"| {r['setting']['features']} | {r['setting']['l2']} | {r['features']} "
+                         f"| {margins(r['train'])} | {margins(r['val'])} |")
         lines.append("")
     sel = results.get("selection")
     if sel:

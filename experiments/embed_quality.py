@@ -147,7 +147,7 @@ def collect(dataset: str, split: str, args: argparse.Namespace, retrievers: dict
     from mage_gym.graph.store import GraphNotBuiltError
     from mage_gym.retrieval import make_query
     from mage_gym.retrieval.hybrid import document_text_density
-    from mage_gym.retrieval.learned_fusion import document_features
+    from mage_gym.retrieval.learned_fusion import best_element_scores, document_features
 
     kw = {"root": args.synth_root} if dataset == "synth" and args.synth_root else {}
     episodes = load_dataset(dataset, split=split, **kw)
@@ -173,11 +173,7 @@ def collect(dataset: str, split: str, args: argparse.Namespace, retrievers: dict
             query = make_query(ep.question)
             bm25 = retrievers["bm25"].score(graph, query).pages
             dense = retrievers["dense"].score(graph, query)
-            best = np.zeros(graph.n_pages, dtype=np.float32)
-            if graph.n_elements:
-                best[:] = -np.inf
-                np.maximum.at(best, el_page, dense.elements)
-                best[~np.isfinite(best)] = 0.0
+            best = best_element_scores(dense.elements, el_page, graph.n_pages)  # as hybrid_learned computes it
             page_dense = retrievers["page_dense"].score(graph, query).pages
             inside = None
             if ep.page_window is not None:
@@ -643,6 +639,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines.append("")
     if results["config"].get("note"):
         lines += [f"Note: {results['config']['note']}", ""]
+
     def margins(r: dict[str, Any] | None) -> str:
         """One setting's bar margins on a split, as the adaptive and learned tables show them."""
         if r is None:

@@ -6,27 +6,25 @@ outside the episode's page window and activates the question's entry pages
 the same work every time the same episode comes back, which in training is
 every few hundred steps. Copying the finished state is a handful of memcpys.
 
-The templates live in a small LRU shared by the environments of a process,
-keyed like :func:`mage_gym.env.observation.node_table` by the identity of the
-graph index and of the episode relevance (both shared and read-only; the
-entry kept holds them, so an id cannot be reused while its entry lives). A
+The templates live in a small LRU shared by the environments of a process
+(:class:`~mage_gym.env.relevance.OwnerKeyedLRU`), per episode relevance and
+keyed by the identity of the graph index (both shared and read-only; the entry
+holds the graph index, so its id cannot be reused while the entry lives). A
 caller always gets a copy (:meth:`EvidenceState.copy` is deep for everything
 but the read-only graph index and rank order), never the template itself.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
 
 from mage_gym.env.budget import Budget
 from mage_gym.env.graph_index import GraphIndex
-from mage_gym.env.relevance import EpisodeRelevance
+from mage_gym.env.relevance import EpisodeRelevance, OwnerKeyedLRU
 from mage_gym.env.state import EvidenceState
 
-_TEMPLATES: "OrderedDict[tuple, tuple[GraphIndex, EpisodeRelevance, EvidenceState]]" = OrderedDict()
-_MAX_TEMPLATES = 32  # about n_nodes * 70 bytes each (1 MB for a 15,500-node graph)
+_TEMPLATES = OwnerKeyedLRU(32)  # about n_nodes * 70 bytes each (1 MB for a 15,500-node graph)
 
 
 def activate_entry_pages(state: EvidenceState, pages: Sequence[int]) -> None:
@@ -56,15 +54,8 @@ def initial_state(gi: GraphIndex, budget: Budget, rel: EpisodeRelevance, window:
                   k: int) -> EvidenceState:
     """A fresh copy of :func:`build_initial_state`'s result, built at most once per key while it stays cached."""
     win = None if window is None else (int(window[0]), int(window[1]))
-    key = (id(gi), id(rel), budget, win, int(k))
-    hit = _TEMPLATES.get(key)
-    if hit is not None and hit[0] is gi and hit[1] is rel:
-        _TEMPLATES.move_to_end(key)
-        return hit[2].copy()
-    template = build_initial_state(gi, budget, rel, win, k)
-    _TEMPLATES[key] = (gi, rel, template)
-    while len(_TEMPLATES) > _MAX_TEMPLATES:
-        _TEMPLATES.popitem(last=False)
+    _, template = _TEMPLATES.get(rel, (id(gi), budget, win, int(k)),
+                                 lambda: (gi, build_initial_state(gi, budget, rel, win, k)))
     return template.copy()
 
 

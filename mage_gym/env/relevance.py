@@ -127,24 +127,30 @@ def score_question(graph: EvidenceGraph, retriever: Retriever, query: Query) -> 
                             order=order, rank_of=rank_of, page_order=page_order)
 
 
-class _GraphKeyedLRU:
-    """LRU keyed by (id(graph), key) that never returns an entry of a dead/recycled graph."""
+class OwnerKeyedLRU:
+    """Thread-safe LRU keyed by (id(owner), key) that never returns an entry of a dead or recycled owner.
+
+    The owner (a graph, an episode's relevance) is held weakly, so a cache
+    entry never keeps it alive; anything else whose identity is in ``key``
+    must be held by the cached value (then its id cannot be reused while the
+    entry lives).
+    """
 
     def __init__(self, max_entries: int) -> None:
         self.max_entries = max_entries
         self._data: OrderedDict[tuple[int, Hashable], tuple[weakref.ref, Any]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def get(self, graph: EvidenceGraph, key: Hashable, build: Callable[[], Any]) -> Any:
-        full = (id(graph), key)
+    def get(self, owner: Any, key: Hashable, build: Callable[[], Any]) -> Any:
+        full = (id(owner), key)
         with self._lock:
             hit = self._data.get(full)
-            if hit is not None and hit[0]() is graph:
+            if hit is not None and hit[0]() is owner:
                 self._data.move_to_end(full)
                 return hit[1]
         value = build()
         with self._lock:
-            self._data[full] = (weakref.ref(graph), value)
+            self._data[full] = (weakref.ref(owner), value)
             while len(self._data) > self.max_entries:
                 self._data.popitem(last=False)
         return value
@@ -154,8 +160,8 @@ class _GraphKeyedLRU:
             self._data.clear()
 
 
-_QUESTIONS = _GraphKeyedLRU(128)  # ~0.5 MB per entry on a 500-page graph
-_SEARCHES = _GraphKeyedLRU(8192)
+_QUESTIONS = OwnerKeyedLRU(128)  # ~0.5 MB per entry on a 500-page graph
+_SEARCHES = OwnerKeyedLRU(8192)
 _QUERY_VECTORS: OrderedDict[tuple[int, str], Query] = OrderedDict()
 _RETRIEVERS: dict[str, Retriever] = {}
 

@@ -8,55 +8,41 @@ process-level caches live in :mod:`mage_gym.env.relevance`.
 """
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
 from typing import Any, Callable, Mapping
 
 import numpy as np
 
 from mage_gym.env.graph_index import GraphIndex
 from mage_gym.env.relevance import (
-    EpisodeRelevance, QueryFn, cached_query, default_query_fn, episode_relevance, node_query, search_page_scores,
-    shared_retriever,
+    EpisodeRelevance, OwnerKeyedLRU, QueryFn, cached_query, default_query_fn, episode_relevance, node_query,
+    search_page_scores, shared_retriever,
 )
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever
 
 
 class _NodeSearch:
-    """A slot search's query and (once computed) its page scores, for one (retriever, episode relevance, node)."""
+    """A slot search's query and (once computed) its page scores, for one (retriever, episode relevance, node).
 
-    __slots__ = ("rel_ref", "retriever", "query", "scores")
+    Holds the retriever, so its id in the cache key cannot be reused while the entry lives."""
 
-    def __init__(self, rel: EpisodeRelevance, retriever: Retriever, query: Query) -> None:
-        self.rel_ref = weakref.ref(rel)
+    __slots__ = ("retriever", "query", "scores")
+
+    def __init__(self, retriever: Retriever, query: Query) -> None:
         self.retriever = retriever
         self.query = query
         self.scores: np.ndarray | None = None
 
 
-#: Slot searches by (id(retriever), id(relevance), node). Why: a learned policy searches from the same slot
-#: nodes in episode after episode, and building the query (text, normalised vector) and its cache key costs
-#: more than the rest of the step's bookkeeping; entries hold the relevance weakly, so a recycled id is caught.
-_NODE_SEARCHES: "OrderedDict[tuple[int, int, int], _NodeSearch]" = OrderedDict()
-_MAX_NODE_SEARCHES = 4096
-_LOCK = threading.Lock()
+#: Slot searches per episode relevance (held weakly), keyed by (id(retriever), node). Why: a learned policy
+#: searches from the same slot nodes in episode after episode, and building the query (text, normalised
+#: vector) and its cache key costs more than the rest of the step's bookkeeping.
+_NODE_SEARCHES = OwnerKeyedLRU(4096)
 
 
 def _node_search(retriever: Retriever, gi: GraphIndex, rel: EpisodeRelevance, node: int) -> _NodeSearch:
-    key = (id(retriever), id(rel), node)
-    with _LOCK:
-        hit = _NODE_SEARCHES.get(key)
-        if hit is not None and hit.rel_ref() is rel and hit.retriever is retriever:
-            _NODE_SEARCHES.move_to_end(key)
-            return hit
-    entry = _NodeSearch(rel, retriever, node_query(rel.query, gi.text(node), gi.vectors[node]))
-    with _LOCK:
-        _NODE_SEARCHES[key] = entry
-        while len(_NODE_SEARCHES) > _MAX_NODE_SEARCHES:
-            _NODE_SEARCHES.popitem(last=False)
-    return entry
+    return _NODE_SEARCHES.get(rel, (id(retriever), node), lambda: _NodeSearch(
+        retriever, node_query(rel.query, gi.text(node), gi.vectors[node])))
 
 
 class EnvRetrieval:

@@ -24,6 +24,15 @@ corpus, with the same seed and step count. A setting is
 * optionally more (``--also dummy:1:legacy,dummy:1,dummy:8``; ``dummy:8``
   collects 8 x n_steps per update, so it learns differently per env step).
 
+``--before-tree DIR`` times ``--before`` in another checkout instead of
+this tree's ``legacy`` emulation: the old code itself, its envs built as
+its train.py built them, started beside the new one in the same run
+(:mod:`experiments.perf_train_tree`; its graphs go to ``--before-cache``).
+That is the honest "before" for a target stated against an older figure:
+the legacy emulation runs on today's (faster) env code. ``--warm`` adds a
+second timed ``learn(steps)`` per setting on the same model (caches and
+question vectors warm), the throughput of a long run.
+
 Per setting: ``vec_setup_s`` (worker start, excluded), ``learn_setup_s``
 (``learn`` until the first rollout: first resets), ``rollout_s`` (env
 steps + policy forward, between SB3's rollout start and end hooks),
@@ -44,6 +53,9 @@ Run::
     .venv/bin/python experiments/perf_train.py --steps 4096 --corpora synth -- train.shaping=false
     .venv/bin/python experiments/perf_train.py --after subproc:2 --also dummy:1:legacy,dummy:1,dummy:8
     .venv/bin/python experiments/perf_train.py --corpora real_mix --repeats 3    # medians of 3 interleaved runs
+    git archive e7c6e2b | tar -x -C /tmp/tree_before                              # train.py before issue 14
+    .venv/bin/python experiments/perf_train.py --corpora real_mix --before dummy:2 --before-tree /tmp/tree_before \
+        --before-cache /tmp/cache_before --also dummy:2:legacy --warm --repeats 3
 """
 from __future__ import annotations
 
@@ -102,32 +114,6 @@ def cached_only(episodes: Sequence[Any], parser: str, graph_kwargs: Mapping[str,
     return kept, len(episodes) - len(kept)
 
 
-def phase_timer() -> Any:
-    """SB3 callback timing rollout phases (and the start of ``learn`` before the first one)."""
-    from stable_baselines3.common.callbacks import BaseCallback
-
-    class PhaseTimer(BaseCallback):
-        def _on_training_start(self) -> None:
-            self.t_start = time.perf_counter()
-            self.first_rollout: float | None = None
-            self.rollout_s = 0.0
-            self.rollouts = 0
-
-        def _on_rollout_start(self) -> None:
-            self.t_rollout = time.perf_counter()
-            if self.first_rollout is None:
-                self.first_rollout = self.t_rollout
-
-        def _on_rollout_end(self) -> None:
-            self.rollout_s += time.perf_counter() - self.t_rollout
-            self.rollouts += 1
-
-        def _on_step(self) -> bool:
-            return True
-
-    return PhaseTimer()
-
-
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """The run with the median steps/s (the lower middle one for an even count), with every run's figures."""
     import statistics
@@ -139,6 +125,8 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
         for key in ("steps_per_s", "rollout_steps_per_s", "rollout_s", "update_s", "val_reward"):
             if all(key in r for r in rows):
                 row[f"{key}_all"] = [r[key] for r in rows]
+        if all("warm" in r for r in rows):  # the warm figures' own median, not the one of the cold median's run
+            row["warm"] = median_row([r["warm"] for r in rows])
     return row
 
 
@@ -151,7 +139,7 @@ def parse_setting(spec: str) -> tuple[str, int, bool]:
 
 
 def measure_isolated(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], spec: str, steps: int,
-                     torch_threads: int) -> dict[str, Any]:
+                     torch_threads: int, warm: bool = False) -> dict[str, Any]:
     """:func:`measure` of setting ``spec`` in a fresh (spawned) process: no cache warmed by another setting."""
     import multiprocessing as mp
 
@@ -160,7 +148,7 @@ def measure_isolated(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list
     queue = ctx.Queue()
     # a plain (non-daemonic) process: a subproc setting starts worker processes of its own
     proc = ctx.Process(target=_measure_child,
-                       args=(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, torch_threads))
+                       args=(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, torch_threads, warm))
     proc.start()
     import queue as queue_mod
 
@@ -177,7 +165,32 @@ def measure_isolated(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list
     return out
 
 
-def _measure_child(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, torch_threads) -> None:
+def measure_tree(tree: Path, cache: Path, spec: str, steps: int, torch_threads: int, val_episodes: int,
+                 warm: bool, overrides: Sequence[str]) -> dict[str, Any]:
+    """Setting ``spec`` timed in another checkout ``tree`` (its own code, its graph cache ``cache``).
+
+    Runs :mod:`experiments.perf_train_tree` in a fresh process with ``tree``
+    as its working directory and first on ``sys.path``; graphs missing from
+    ``cache`` are built there first (untimed).
+    """
+    import json
+    import subprocess
+
+    kind, n_envs, _ = parse_setting(spec)
+    env = {**os.environ, "MAGE_GYM_CACHE": str(cache), "PYTHONPATH": str(tree)}
+    cmd = [sys.executable, str(REPO / "experiments" / "perf_train_tree.py"), "--tree", str(tree), "--steps",
+           str(steps), "--n-envs", str(n_envs), "--kind", kind, "--torch-threads", str(torch_threads),
+           "--val-episodes", str(val_episodes), *(["--warm"] if warm else []), *overrides]
+    proc = subprocess.run(cmd, cwd=str(tree), env=env, capture_output=True, text=True)
+    lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+    if proc.returncode != 0 or not lines:
+        raise RuntimeError(f"{spec} in {tree} failed (exit {proc.returncode}):\n{proc.stderr[-3000:]}")
+    row = json.loads(lines[-1])
+    print_row(f"{row['vec_env']} x{n_envs} in {tree.name}", row)
+    return row
+
+
+def _measure_child(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, torch_threads, warm) -> None:
     import traceback
 
     from experiments.common.config import quiet_libraries, set_threads
@@ -185,17 +198,18 @@ def _measure_child(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, 
     try:
         quiet_libraries()
         set_threads(torch_threads)
-        queue.put((True, measure(cfg, train_eps, val_eps, kind, n_envs, steps, legacy)))
+        queue.put((True, measure(cfg, train_eps, val_eps, kind, n_envs, steps, legacy, warm)))
     except BaseException:  # noqa: BLE001 - reported by the parent
         queue.put((False, traceback.format_exc()))
 
 
 def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], kind: str, n_envs: int,
-            steps: int, legacy: bool = False) -> dict[str, Any]:
+            steps: int, legacy: bool = False, warm: bool = False) -> dict[str, Any]:
     """One setting: build the envs and a fresh model, time ``learn(steps)``, then validate (untimed).
 
     ``legacy``: train.py's envs before :func:`~experiments.common.training.training_env_factory` (a provider per
-    env, so a graph copy per env, and caches at their library defaults).
+    env, so a graph copy per env, and caches at their library defaults) and plain ``learn``. ``warm``: then a
+    second timed ``learn(steps)`` on the same model (``row["warm"]``).
     """
     from stable_baselines3.common.monitor import Monitor
 
@@ -229,29 +243,42 @@ def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], ki
     try:
         model = build_model(vec, algo=algo, seed=int(cfg.get("seed", 0)), net=ptrain.get("net"),
                             hparams=ptrain.get("hparams"), device=tc.get("device", "cpu"))
-        timer = phase_timer()
-        t0 = time.perf_counter()
-        model.learn(total_timesteps=steps, callback=timer)
-        wall = time.perf_counter() - t0
+        row: dict[str, Any] = {
+            "vec_env": "subproc" if kind == "subproc" and n_envs > 1 else "dummy", "n_envs": n_envs,
+            "envs": ("legacy: a provider per env, default caches, plain learn()" if legacy
+                     else "shared provider, caches sized for corpus, fast_learn()"),
+            "vec_setup_s": vec_setup, **timed_learn(model, steps, fast=not legacy, cfg=cfg), "shaping": shaping}
+        if val_eps:  # at equal env steps: before any warm run
+            _, m = evaluate(model, algo, val_eps, cfg, render_mode, seed=VAL_SEED)
+            row.update(val_episodes=len(val_eps), val_reward=m["reward"], val_page_recall=m["evidence_page_recall"])
+        if warm:
+            row["warm"] = timed_learn(model, steps, fast=not legacy, cfg=cfg, reset=False)
     finally:
         vec.close()
-    setup = (timer.first_rollout or t0) - t0  # learn's own setup: the first reset of every env (graph loads)
-    update = max(0.0, wall - setup - timer.rollout_s)
-    n = int(model.num_timesteps)
-    row: dict[str, Any] = {
-        "vec_env": "subproc" if kind == "subproc" and n_envs > 1 else "dummy", "n_envs": n_envs,
-        "envs": "legacy: a provider per env, default caches" if legacy else "shared provider, caches sized for corpus",
-        "env_steps": n,
-        "rollouts": timer.rollouts, "vec_setup_s": vec_setup, "learn_setup_s": setup, "rollout_s": timer.rollout_s,
-        "update_s": update, "learn_wall_s": wall, "steps_per_s": n / max(1e-9, timer.rollout_s + update),
-        "rollout_steps_per_s": n / max(1e-9, timer.rollout_s), "shaping": shaping}
-    if val_eps:
-        _, m = evaluate(model, algo, val_eps, cfg, render_mode, seed=VAL_SEED)
-        row.update(val_episodes=len(val_eps), val_reward=m["reward"], val_page_recall=m["evidence_page_recall"])
-    print(f"  {row['vec_env']} x{n_envs}{' legacy' if legacy else ''}: {row['steps_per_s']:.0f} steps/s "
-          f"(rollout {timer.rollout_s:.1f} s, "
-          f"update {update:.1f} s, setup {setup:.1f} s); val reward {row.get('val_reward')}", flush=True)
+    print_row(f"{row['vec_env']} x{n_envs}{' legacy' if legacy else ''}", row)
     return row
+
+
+def print_row(label: str, row: Mapping[str, Any]) -> None:
+    warm = row.get("warm")
+    print(f"  {label}: {row['steps_per_s']:.0f} steps/s (rollout {row['rollout_s']:.1f} s, update "
+          f"{row['update_s']:.1f} s, setup {row['learn_setup_s']:.1f} s)"
+          + (f"; warm {warm['steps_per_s']:.0f} steps/s" if warm else "")
+          + f"; val reward {row.get('val_reward')}", flush=True)
+
+
+def timed_learn(model: Any, steps: int, fast: bool, cfg: Mapping[str, Any], reset: bool = True) -> dict[str, Any]:
+    """:func:`experiments.perf_train_tree.timed_learn` of ``learn`` as train.py runs it now (``fast``:
+    :func:`experiments.common.fast_learn.learn`) or plain ``model.learn`` (the legacy path)."""
+    from experiments.common.fast_learn import learn as fast_learn
+    from experiments.perf_train_tree import plain_learn
+    from experiments.perf_train_tree import timed_learn as timed
+
+    def learn_fast(m: Any, n: int, callback: Any, reset_num_timesteps: bool) -> Any:
+        return fast_learn(m, n, callback, update_threads=cfg["train"].get("update_threads"),
+                          reset_num_timesteps=reset_num_timesteps)
+
+    return timed(model, steps, reset, learn_fast if fast else plain_learn)
 
 
 def corpus_episodes(name: str, cfg: Mapping[str, Any], args: argparse.Namespace) -> tuple[list[Any], list[Any],
@@ -292,6 +319,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--val-episodes", type=int, default=16, help="validation episodes per dataset (untimed)")
     ap.add_argument("--repeats", type=int, default=1, help="runs of each setting (interleaved); rows are medians")
     ap.add_argument("--torch-threads", type=int, default=1)
+    ap.add_argument("--before-tree", default=None,
+                    help="time --before in this other checkout (e.g. `git archive e7c6e2b | tar -x -C DIR`) "
+                         "instead of this tree's legacy path; real_mix only (synth: --before with :legacy)")
+    ap.add_argument("--before-cache", default=None,
+                    help="graph cache of --before-tree (default: DIR/.cache); an older graph version "
+                         "deletes newer entries, so never this tree's cache")
+    ap.add_argument("--warm", action="store_true",
+                    help="after the timed learn(steps), time a second one on the same model (caches warm)")
     ap.add_argument("--out", default="outputs/perf_train/results.json")
     ap.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. train.shaping=false")
     args = ap.parse_args(argv)
@@ -322,16 +357,42 @@ def main(argv: Sequence[str] | None = None) -> int:
         res = {**desc, "train_episodes": len(train), "train_documents": len({e.source for e in train}),
                "val_episodes": len(val)}
         also = list(dict.fromkeys(x.strip() for x in args.also.split(",") if x.strip()))
-        specs = list(dict.fromkeys([args.before, args.after, *also]))
-        runs: dict[str, list[dict[str, Any]]] = {spec: [] for spec in specs}
+        tree = Path(args.before_tree).resolve() if args.before_tree and name == "real_mix" else None
+        if tree is not None:
+            res["before_tree"] = str(tree)
+        # (label, setting, in the other tree?): the before setting in another tree is its own row even when its
+        # spec equals an after/also spec of this tree
+        before = args.before
+        if args.before_tree and tree is None and not parse_setting(before)[2]:
+            before += ":legacy"  # no other tree for this corpus: the before code path emulated in this tree
+        rows = [("before", before, tree is not None), ("after", args.after, False),
+                *((f"also:{item}", item, False) for item in also)]
+        rows = list(dict.fromkeys(rows))
+        runs: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
         for r in range(args.repeats):  # interleaved, the order reversed every other round
-            for spec in (specs if r % 2 == 0 else specs[::-1]):
-                runs[spec].append(measure_isolated(cfg, train, val, spec, args.steps, args.torch_threads))
-        res["before"] = median_row(runs[args.before])
-        res["after"] = median_row(runs[args.after])
+            for key in (rows if r % 2 == 0 else rows[::-1]):
+                _, spec, other_tree = key
+                same = next(k for k in rows if k[1:] == key[1:])  # one run serves rows with one setting
+                if same != key:
+                    continue
+                if other_tree:
+                    cache = Path(args.before_cache or tree / ".cache").resolve()
+                    runs.setdefault(key, []).append(measure_tree(tree, cache, spec, args.steps, args.torch_threads,
+                                                                 args.val_episodes, args.warm, args.overrides))
+                else:
+                    runs.setdefault(key, []).append(measure_isolated(cfg, train, val, spec, args.steps,
+                                                                     args.torch_threads, args.warm))
+
+        def result(key: tuple[str, str, bool]) -> dict[str, Any]:
+            return median_row(runs[next(k for k in rows if k[1:] == key[1:])])
+
+        res["before"] = result(rows[0])
+        res["after"] = result(rows[1])
         res["speedup"] = res["after"]["steps_per_s"] / max(1e-9, res["before"]["steps_per_s"])
+        if args.warm:
+            res["speedup_warm"] = res["after"]["warm"]["steps_per_s"] / max(1e-9, res["before"]["warm"]["steps_per_s"])
         for item in also:
-            res.setdefault("also", {})[item] = median_row(runs[item])
+            res.setdefault("also", {})[item] = result((f"also:{item}", item, False))
         out["corpora"][name] = res
     out["machine"]["loadavg_end"] = os.getloadavg()
     path = write_json(Path(args.out), out)

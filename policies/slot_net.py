@@ -167,6 +167,43 @@ class MaskableSlotPolicy(MaskableMultiInputActorCriticPolicy):
         super()._build(lr_schedule)
         _swap_head(self, lr_schedule)
 
+    def forward(self, obs: dict[str, th.Tensor], deterministic: bool = False,
+                action_masks: Any = None) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
+        """Action, value and log-probability per row, as sb3-contrib computes them, without its distribution objects.
+
+        Why: this runs once per rollout step on a batch of ``n_envs`` rows,
+        where sb3-contrib's ``MaskableCategorical`` builds three torch
+        ``Categorical`` objects per call (construction, unmasking, masking)
+        and they cost more than the network. The arithmetic is the same
+        operations in the same order: normalise the logits, set masked ones
+        to -1e8, normalise again, softmax, one ``multinomial`` draw (or the
+        argmax), and the log-probability gathered from the normalised
+        logits; so actions, values and log-probabilities are bit-identical
+        and the random stream is consumed alike (tests/test_slot_forward.py).
+        Training's ``evaluate_actions`` (entropy included) is sb3-contrib's own.
+        """
+        features = self.extract_features(obs)
+        if self.share_features_extractor:
+            latent_pi, latent_vf = self.mlp_extractor(features)
+        else:
+            pi_features, vf_features = features
+            latent_pi = self.mlp_extractor.forward_actor(pi_features)
+            latent_vf = self.mlp_extractor.forward_critic(vf_features)
+        values = self.value_net(latent_vf)
+        raw = self.action_net(latent_pi)
+        logits = raw - raw.logsumexp(dim=-1, keepdim=True)
+        if action_masks is not None:
+            masks = th.as_tensor(action_masks, dtype=th.bool, device=logits.device).reshape(logits.shape)
+            logits = th.where(masks, logits, th.tensor(-1e8, dtype=logits.dtype, device=logits.device))
+        logits = logits - logits.logsumexp(dim=-1, keepdim=True)
+        probs = F.softmax(logits, dim=-1)
+        if deterministic:
+            actions = th.argmax(probs, dim=1)
+        else:
+            actions = th.multinomial(probs.reshape(-1, probs.shape[-1]), 1, True).T.reshape(probs.shape[:-1])
+        log_prob = logits.gather(-1, actions.long().unsqueeze(-1)).squeeze(-1)
+        return actions.reshape((-1, *self.action_space.shape)), values, log_prob
+
 
 class SlotPolicy(MultiInputActorCriticPolicy):
     """SB3 PPO/A2C policy with :class:`SlotActionHead` (no action masking)."""

@@ -40,6 +40,7 @@ import numpy as np
 from experiments.common.benchmarking import play_episodes
 from experiments.common.config import ConfigError, check_parser, set_threads
 from experiments.common.envs import make_env
+from experiments.common.fast_learn import learn as fast_learn
 from experiments.common.episodes import episode_of, load_episodes, prepare_graphs
 from experiments.common.metrics import summarise
 from experiments.common.plots import save_curve
@@ -462,8 +463,9 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
     t0 = time.perf_counter()
     if runs_ppo:
         total = int(tc["total_timesteps"])
-        model.learn(total_timesteps=total, callback=make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve,
-                                                                  on_eval=keep_best, offset=offset))
+        fast_learn(model, total, make_callback(total, int(tc["eval_freq"]), eval_fn, logger, curve,
+                                               on_eval=keep_best, offset=offset),
+                   update_threads=tc.get("update_threads"))
     train_s = time.perf_counter() - t0
     timesteps = offset + (int(model.num_timesteps) if runs_ppo else 0)
     last = save_checkpoint(model, out / f"{name}_last.zip", algo, K, extra={**meta, "timesteps": timesteps})

@@ -121,6 +121,27 @@ def make_toy_graph(n_pages: int = 6, elements_per_page: int = 4, doc_id: str = "
     )
 
 
+def toy_quote_pairs(n_questions: int = 8, n_pages: int = 8, elements_per_page: int = 4, element: int = 1,
+                    seed: int = 1, prefix: str = "toy-q", dim: int = 16):
+    """``EnvEpisode`` s on one toy graph: question i quotes element ``element`` of page i, its element-level gold.
+
+    Why: env, policy and training tests need a handful of single-document
+    episodes whose gold is known and reachable; built here once instead of
+    in each test file. Use with ``query_fn=mage_gym.env._synthetic.hash_query_fn(dim)``.
+    """
+    from mage_gym.data.episode import Episode
+    from mage_gym.env.episodes import EnvEpisode
+
+    g = make_toy_graph(n_pages=n_pages, elements_per_page=elements_per_page, dim=dim, seed=seed)
+    out = []
+    for i in range(n_questions):
+        el = g.elements[i * elements_per_page + element]
+        out.append(EnvEpisode(Episode(episode_id=f"{prefix}{i}", benchmark="synth", doc_id=g.doc_id, source="<toy>",
+                                      question=el.text, answer="x", answer_format="Str", evidence_pages=(el.page,),
+                                      gold_node_ids=(el.node_id,)), g))
+    return out
+
+
 def toy_conversation(n_pages: int = 8, turns: int = 3, episode_id: str = "conv", dim: int = 16):
     """A conversation of ``turns`` questions on one toy graph, element gold per turn (an ``EnvEpisode``).
 

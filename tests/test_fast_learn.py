@@ -7,10 +7,9 @@ import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from experiments.common.fast_learn import learn, unchecked_distributions
-from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode
 from mage_gym.env._synthetic import hash_query_fn
-from mage_gym.testing import make_toy_graph
+from mage_gym.testing import toy_quote_pairs
 
 torch = pytest.importorskip("torch")
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
@@ -21,11 +20,7 @@ HPARAMS = {"n_steps": 64, "batch_size": 32, "n_epochs": 2}
 
 @pytest.fixture(scope="module")
 def pairs() -> list[EnvEpisode]:
-    g = make_toy_graph(n_pages=8, elements_per_page=4, dim=16, seed=5)
-    return [EnvEpisode(Episode(episode_id=f"fl-q{i}", benchmark="synth", doc_id="toy", source="<toy>",
-                               question=g.elements[i * 4 + 1].text, answer="x", answer_format="Str",
-                               evidence_pages=(i,), gold_node_ids=(g.elements[i * 4 + 1].node_id,)), g)
-            for i in range(8)]
+    return toy_quote_pairs(n_questions=8, seed=5, prefix="fl-q")
 
 
 def model_for(pairs):

@@ -5,12 +5,11 @@ import gymnasium as gym
 import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode
 from mage_gym.env._synthetic import hash_query_fn
 from mage_gym.readers.errors import (BackendFailureRateError, ReaderConfigError, ReaderError, ReaderRequestError,
                                      ReaderUnavailableError, error_kind)
-from mage_gym.testing import make_toy_graph
+from mage_gym.testing import toy_quote_pairs
 from policies import get_policy
 from policies.llm_evaluator import STATS_KEYS, CallableBackend, LLMEvaluatorPolicy
 from policies.runner import run_episode
@@ -22,11 +21,7 @@ BUDGET = {"k": 2, "m": 2, "M": 20, "T": 4, "B": 4}
 
 @pytest.fixture(scope="module")
 def pairs() -> list[EnvEpisode]:
-    g = make_toy_graph(n_pages=8, elements_per_page=4, dim=16, seed=1)
-    return [EnvEpisode(Episode(episode_id=f"e{i}", benchmark="synth", doc_id="toy", source="<toy>",
-                               question=g.elements[i * 4 + 1].text, answer="x", answer_format="Str",
-                               evidence_pages=(i,), gold_node_ids=(g.elements[i * 4 + 1].node_id,)), g)
-            for i in range(6)]
+    return toy_quote_pairs(n_questions=6, seed=1, prefix="e")
 
 
 def make_env(pairs):

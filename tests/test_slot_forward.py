@@ -6,10 +6,8 @@ import numpy as np
 import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-from mage_gym.data.episode import Episode
-from mage_gym.env import EnvEpisode
 from mage_gym.env._synthetic import hash_query_fn
-from mage_gym.testing import make_toy_graph
+from mage_gym.testing import toy_quote_pairs
 
 torch = pytest.importorskip("torch")
 from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy  # noqa: E402
@@ -21,10 +19,7 @@ def batch():
     """A trained-a-little policy and a batch of real observations and masks from the toy env."""
     from policies.ppo import build_model
 
-    g = make_toy_graph(n_pages=8, elements_per_page=4, dim=16, seed=7)
-    pairs = [EnvEpisode(Episode(episode_id=f"sf-q{i}", benchmark="synth", doc_id="toy", source="<toy>",
-                                question=g.elements[i * 4].text, answer="x", answer_format="Str",
-                                evidence_pages=(i,)), g) for i in range(8)]
+    pairs = toy_quote_pairs(n_questions=8, element=0, seed=7, prefix="sf-q")
     env = gym.make("MageRAG-v0", episodes=pairs, K=16, budget={"k": 2, "m": 2, "M": 6, "T": 3, "B": 4},
                    retriever="bm25", query_fn=hash_query_fn(16), render_mode="text")
     torch.set_num_threads(1)

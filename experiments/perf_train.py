@@ -170,7 +170,7 @@ def measure_tree(tree: Path, cache: Path, spec: str, steps: int, torch_threads: 
     """Setting ``spec`` timed in another checkout ``tree`` (its own code, its graph cache ``cache``).
 
     Runs :mod:`experiments.perf_train_tree` in a fresh process with ``tree``
-    as its working directory and first on ``sys.path``; graphs missing from
+    as its working directory and on ``PYTHONPATH``; graphs missing from
     ``cache`` are built there first (untimed).
     """
     import json
@@ -268,11 +268,11 @@ def print_row(label: str, row: Mapping[str, Any]) -> None:
 
 
 def timed_learn(model: Any, steps: int, fast: bool, cfg: Mapping[str, Any], reset: bool = True) -> dict[str, Any]:
-    """:func:`experiments.perf_train_tree.timed_learn` of ``learn`` as train.py runs it now (``fast``:
+    """:func:`experiments.common.learn_timer.timed_learn` of ``learn`` as train.py runs it now (``fast``:
     :func:`experiments.common.fast_learn.learn`) or plain ``model.learn`` (the legacy path)."""
     from experiments.common.fast_learn import learn as fast_learn
-    from experiments.perf_train_tree import plain_learn
-    from experiments.perf_train_tree import timed_learn as timed
+    from experiments.common.learn_timer import plain_learn
+    from experiments.common.learn_timer import timed_learn as timed
 
     def learn_fast(m: Any, n: int, callback: Any, reset_num_timesteps: bool) -> Any:
         return fast_learn(m, n, callback, update_threads=cfg["train"].get("update_threads"),

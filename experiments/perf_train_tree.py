@@ -3,7 +3,7 @@
 Why a separate, standalone script: "faster than before" is only a claim
 when the old code runs beside the new one on the same machine at the same
 time. ``perf_train.py`` starts this script with the old checkout first on
-``sys.path`` (and its own graph cache, since an older ``GRAPH_VERSION``
+``PYTHONPATH`` (and its own graph cache, since an older ``GRAPH_VERSION``
 deletes newer cache entries it meets), so everything imported here is the
 old tree's. It therefore only calls functions whose signatures have not
 changed since the training loop existed (``load_episodes``,
@@ -13,72 +13,42 @@ then: one episode provider per env, caches at their library defaults, SB3's
 ``DummyVecEnv`` (or ``SubprocVecEnv``), plain ``model.learn``.
 
 It prints one JSON object (the same row fields as ``perf_train.measure``)
-as its last stdout line. Its timer (:func:`timed_learn`) is the one
+as its last stdout line. Its timer is this tree's
+:mod:`experiments.common.learn_timer` (loaded by path), the one
 ``perf_train.py`` uses for this tree too, so both sides are timed alike. Run by ``perf_train.py``; by hand::
 
     git archive e7c6e2b | tar -x -C /tmp/tree_old
-    MAGE_GYM_CACHE=/tmp/cache_old .venv/bin/python experiments/perf_train_tree.py --tree /tmp/tree_old --steps 8192
+    cd /tmp/tree_old && PYTHONPATH=/tmp/tree_old MAGE_GYM_CACHE=/tmp/cache_old \\
+        /path/to/this/.venv/bin/python /path/to/this/experiments/perf_train_tree.py --tree /tmp/tree_old
 """
 from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Sequence
 
 
-def phase_timer() -> Any:
-    """SB3 callback timing rollout phases (and the start of ``learn`` before the first one)."""
-    from stable_baselines3.common.callbacks import BaseCallback
+def _learn_timer() -> Any:
+    """This tree's :mod:`experiments.common.learn_timer`, loaded by file path.
 
-    class PhaseTimer(BaseCallback):
-        def _on_training_start(self) -> None:
-            self.first_rollout: float | None = None
-            self.rollout_s, self.rollouts = 0.0, 0
-
-        def _on_rollout_start(self) -> None:
-            self.t_rollout = time.perf_counter()
-            if self.first_rollout is None:
-                self.first_rollout = self.t_rollout
-
-        def _on_rollout_end(self) -> None:
-            self.rollout_s += time.perf_counter() - self.t_rollout
-            self.rollouts += 1
-
-        def _on_step(self) -> bool:
-            return True
-
-    return PhaseTimer()
-
-
-def plain_learn(model: Any, steps: int, callback: Any, reset: bool) -> Any:
-    return model.learn(total_timesteps=steps, callback=callback, reset_num_timesteps=reset)
-
-
-def timed_learn(model: Any, steps: int, reset: bool = True, learn: Callable[..., Any] = plain_learn
-                ) -> dict[str, float]:
-    """One ``learn(model, steps, timer, reset)`` timed: setup (until the first rollout), rollout and update s.
-
-    ``reset=False`` continues the model (a warm run: caches filled, workers up).
+    The ``experiments`` package importable here is the *other* tree's, so
+    an import statement would find that tree's copy (or none); the file
+    next to this script is the one ``perf_train.py`` times this tree with.
     """
-    timer = phase_timer()
-    before = int(model.num_timesteps)
-    t0 = time.perf_counter()
-    learn(model, steps, timer, reset)
-    wall = time.perf_counter() - t0
-    setup = (timer.first_rollout or t0) - t0  # learn's own setup: the first reset of every env (graph loads)
-    update = max(0.0, wall - setup - timer.rollout_s)
-    n = int(model.num_timesteps) - before
-    return {"env_steps": n, "rollouts": timer.rollouts, "learn_setup_s": setup, "rollout_s": timer.rollout_s,
-            "update_s": update, "learn_wall_s": wall, "steps_per_s": n / max(1e-9, timer.rollout_s + update),
-            "rollout_steps_per_s": n / max(1e-9, timer.rollout_s)}
+    import importlib.util
+
+    path = Path(__file__).resolve().parent / "common" / "learn_timer.py"
+    spec = importlib.util.spec_from_file_location("perf_train_learn_timer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--tree", required=True, help="the checkout to time (its code is imported)")
+    ap.add_argument("--tree", required=True, help="the checkout to time (on PYTHONPATH: its code is imported)")
     ap.add_argument("--steps", type=int, default=8192)
     ap.add_argument("--n-envs", type=int, default=2)
     ap.add_argument("--kind", choices=("dummy", "subproc"), default="dummy")
@@ -90,7 +60,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("overrides", nargs="*")
     args = ap.parse_args(argv)
     tree = Path(args.tree).resolve()
-    sys.path.insert(0, str(tree))
+    import experiments
+
+    if Path(experiments.__file__).resolve().parent.parent != tree:
+        raise SystemExit(f"run with PYTHONPATH={tree} (and {tree} as the working directory): `experiments` "
+                         f"is imported from {Path(experiments.__file__).resolve().parent}, not from that tree")
+    timer = _learn_timer()
 
     import torch
     from hydra import compose, initialize_config_dir
@@ -145,12 +120,12 @@ def main(argv: Sequence[str] | None = None) -> int:
                                "vec_env": args.kind if args.n_envs > 1 else "dummy",
                                "n_envs": args.n_envs, "envs": "that tree's train.py path", "graphs_s": graphs_s,
                                "train_episodes": len(train), "train_documents": n_docs, "vec_setup_s": vec_setup,
-                               **timed_learn(model, args.steps), "shaping": bool(tc.get("shaping", False))}
+                               **timer.timed_learn(model, args.steps), "shaping": bool(tc.get("shaping", False))}
         if val:  # validated at --steps (before the warm run), like perf_train.measure
             _, m = evaluate(model, algo, val, cfg, render_mode, seed=10_000)
             row.update(val_episodes=len(val), val_reward=m["reward"], val_page_recall=m["evidence_page_recall"])
         if args.warm:
-            row["warm"] = timed_learn(model, args.steps, reset=False)
+            row["warm"] = timer.timed_learn(model, args.steps, reset=False)
     finally:
         vec.close()
     print(json.dumps(row))

@@ -22,7 +22,10 @@ corpus, with the same seed and step count. A setting is
   them). Same rollout size and seeds as ``before``, so training is the same
   (equal validation reward) and only the time differs;
 * optionally more (``--also dummy:1:legacy,dummy:1,dummy:8``; ``dummy:8``
-  collects 8 x n_steps per update, so it learns differently per env step).
+  collects 8 x n_steps per update, so it learns differently per env step;
+  a setting may carry its own config overrides after ``+``, e.g.
+  ``dummy:8+policy.ppo.train.hparams.n_steps=128``: the same 1,024-sample
+  updates as two envs x 512 steps, the forward batched over eight envs).
 
 ``--before-tree DIR`` times ``--before`` in another checkout instead of
 this tree's ``legacy`` emulation: the old code itself, its envs built as
@@ -130,9 +133,19 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
     return row
 
 
+def split_setting(spec: str) -> tuple[str, list[str]]:
+    """``kind:n_envs[:legacy][+override...]`` -> (``kind:n_envs[:legacy]``, [config overrides of this setting]).
+
+    e.g. ``dummy:8+policy.ppo.train.hparams.n_steps=128``: eight envs with 128-step segments, so each update
+    still sees 8 x 128 = 1,024 samples as two envs x 512 do.
+    """
+    base, *overrides = spec.strip().split("+")
+    return base, [o for o in overrides if o]
+
+
 def parse_setting(spec: str) -> tuple[str, int, bool]:
-    """``kind:n_envs[:legacy]`` -> (kind, n_envs, legacy)."""
-    parts = spec.strip().split(":")
+    """``kind:n_envs[:legacy]`` (any ``+override`` ignored) -> (kind, n_envs, legacy)."""
+    parts = split_setting(spec)[0].split(":")
     if len(parts) not in (2, 3) or parts[0] not in ("dummy", "subproc") or (len(parts) == 3 and parts[2] != "legacy"):
         raise ValueError(f"a setting is kind:n_envs[:legacy] with kind dummy or subproc, got {spec!r}")
     return parts[0], int(parts[1]), len(parts) == 3
@@ -332,6 +345,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = ap.parse_args(argv)
     for spec in [args.before, args.after, *[x for x in args.also.split(",") if x.strip()]]:
         parse_setting(spec)  # fail before any work
+        if split_setting(spec)[1]:
+            compose(["logger=none", "env.parser=fast", *args.overrides, *split_setting(spec)[1]])
     from experiments.common.config import quiet_libraries, set_threads
     from experiments.common.results import write_json
     from mage_gym.paths import cache_root
@@ -375,13 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 same = next(k for k in rows if k[1:] == key[1:])  # one run serves rows with one setting
                 if same != key:
                     continue
+                base, extra = split_setting(spec)
                 if other_tree:
                     cache = Path(args.before_cache or tree / ".cache").resolve()
-                    runs.setdefault(key, []).append(measure_tree(tree, cache, spec, args.steps, args.torch_threads,
-                                                                 args.val_episodes, args.warm, args.overrides))
+                    row = measure_tree(tree, cache, base, args.steps, args.torch_threads, args.val_episodes,
+                                       args.warm, [*args.overrides, *extra])
                 else:
-                    runs.setdefault(key, []).append(measure_isolated(cfg, train, val, spec, args.steps,
-                                                                     args.torch_threads, args.warm))
+                    cfg_s = compose(["logger=none", "env.parser=fast", *args.overrides, *extra]) if extra else cfg
+                    row = measure_isolated(cfg_s, train, val, base, args.steps, args.torch_threads, args.warm)
+                runs.setdefault(key, []).append({**row, "overrides": extra} if extra else row)
 
         def result(key: tuple[str, str, bool]) -> dict[str, Any]:
             return median_row(runs[next(k for k in rows if k[1:] == key[1:])])

@@ -3,13 +3,16 @@ from __future__ import annotations
 
 import pytest
 
-from experiments.perf_train import measure_tree, median_row, parse_setting
+from experiments.perf_train import measure_tree, median_row, parse_setting, split_setting
 
 
 def test_parse_setting() -> None:
     assert parse_setting("dummy:2") == ("dummy", 2, False)
     assert parse_setting("subproc:4:legacy") == ("subproc", 4, True)
-    for bad in ("dummy", "thread:2", "dummy:2:old", "dummy:x"):
+    assert parse_setting("dummy:8+policy.ppo.train.hparams.n_steps=128") == ("dummy", 8, False)
+    assert split_setting("dummy:8+a.b=1+c=2") == ("dummy:8", ["a.b=1", "c=2"])
+    assert split_setting("subproc:2:legacy") == ("subproc:2:legacy", [])
+    for bad in ("dummy", "thread:2", "dummy:2:old", "dummy:x", "dummy+x=1"):
         with pytest.raises(ValueError):
             parse_setting(bad)
 

@@ -375,21 +375,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         tree = Path(args.before_tree).resolve() if args.before_tree and name == "real_mix" else None
         if tree is not None:
             res["before_tree"] = str(tree)
-        # (label, setting, in the other tree?): the before setting in another tree is its own row even when its
-        # spec equals an after/also spec of this tree
         before = args.before
         if args.before_tree and tree is None and not parse_setting(before)[2]:
             before += ":legacy"  # no other tree for this corpus: the before code path emulated in this tree
-        rows = [("before", before, tree is not None), ("after", args.after, False),
-                *((f"also:{item}", item, False) for item in also)]
-        rows = list(dict.fromkeys(rows))
-        runs: dict[tuple[str, str, bool], list[dict[str, Any]]] = {}
+        # a setting is (spec, in the other tree?): the before setting in another tree is its own setting even when
+        # its spec equals an after/also spec of this tree; settings shared by several rows run once
+        before_key, after_key = (before, tree is not None), (args.after, False)
+        settings = list(dict.fromkeys([before_key, after_key, *((item, False) for item in also)]))
+        runs: dict[tuple[str, bool], list[dict[str, Any]]] = {key: [] for key in settings}
         for r in range(args.repeats):  # interleaved, the order reversed every other round
-            for key in (rows if r % 2 == 0 else rows[::-1]):
-                _, spec, other_tree = key
-                same = next(k for k in rows if k[1:] == key[1:])  # one run serves rows with one setting
-                if same != key:
-                    continue
+            for spec, other_tree in (settings if r % 2 == 0 else settings[::-1]):
                 base, extra = split_setting(spec)
                 if other_tree:
                     cache = Path(args.before_cache or tree / ".cache").resolve()
@@ -398,18 +393,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                 else:
                     cfg_s = compose(["logger=none", "env.parser=fast", *args.overrides, *extra]) if extra else cfg
                     row = measure_isolated(cfg_s, train, val, base, args.steps, args.torch_threads, args.warm)
-                runs.setdefault(key, []).append({**row, "overrides": extra} if extra else row)
+                runs[(spec, other_tree)].append({**row, "overrides": extra} if extra else row)
 
-        def result(key: tuple[str, str, bool]) -> dict[str, Any]:
-            return median_row(runs[next(k for k in rows if k[1:] == key[1:])])
-
-        res["before"] = result(rows[0])
-        res["after"] = result(rows[1])
+        res["before"] = median_row(runs[before_key])
+        res["after"] = median_row(runs[after_key])
         res["speedup"] = res["after"]["steps_per_s"] / max(1e-9, res["before"]["steps_per_s"])
         if args.warm:
             res["speedup_warm"] = res["after"]["warm"]["steps_per_s"] / max(1e-9, res["before"]["warm"]["steps_per_s"])
         for item in also:
-            res.setdefault("also", {})[item] = result((f"also:{item}", item, False))
+            res.setdefault("also", {})[item] = median_row(runs[(item, False)])
         out["corpora"][name] = res
     out["machine"]["loadavg_end"] = os.getloadavg()
     path = write_json(Path(args.out), out)

@@ -33,8 +33,9 @@ from contextlib import contextmanager
 from typing import Any, Iterator
 
 
-def default_update_threads() -> int:
-    """Cores this process may use (its CPU affinity where the OS reports it)."""
+def usable_cores() -> int:
+    """Cores this process may use (its CPU affinity where the OS reports it): the default update threads and
+    ``train.n_envs``."""
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
@@ -65,7 +66,7 @@ def phase_threads(rollout_threads: int = 1, update_threads: int | None = None) -
     import torch
     from stable_baselines3.common.callbacks import BaseCallback
 
-    n_update = int(update_threads or default_update_threads())
+    n_update = int(update_threads or usable_cores())
     n_rollout = int(rollout_threads)
 
     class PhaseThreads(BaseCallback):

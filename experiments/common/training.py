@@ -41,6 +41,7 @@ from experiments.common.benchmarking import play_episodes
 from experiments.common.config import ConfigError, check_parser, set_threads
 from experiments.common.envs import make_env
 from experiments.common.fast_learn import learn as fast_learn
+from experiments.common.fast_learn import usable_cores
 from experiments.common.episodes import episode_of, load_episodes, prepare_graphs
 from experiments.common.metrics import summarise
 from experiments.common.plots import save_curve
@@ -207,7 +208,7 @@ def n_envs_of(tc: Mapping[str, Any]) -> int:
     """``train.n_envs``; null means one env per core available to this process."""
     n = tc.get("n_envs")
     if n is None:
-        return max(1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1))
+        return usable_cores()
     return max(1, int(n))
 
 

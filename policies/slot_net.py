@@ -181,7 +181,18 @@ class MaskableSlotPolicy(MaskableMultiInputActorCriticPolicy):
         logits; so actions, values and log-probabilities are bit-identical
         and the random stream is consumed alike (tests/test_slot_forward.py).
         Training's ``evaluate_actions`` (entropy included) is sb3-contrib's own.
+
+        Called with gradients off (SB3's rollout runs it under ``no_grad``), it
+        runs in ``torch.inference_mode``: the same kernels without autograd's
+        version counters and view tracking, a third less time for a 2-row batch
+        on the CPU. The outputs are then inference tensors, which SB3 only
+        copies into its numpy rollout buffer.
         """
+        with th.inference_mode(not th.is_grad_enabled()):
+            return self._lean_forward(obs, deterministic, action_masks)
+
+    def _lean_forward(self, obs: dict[str, th.Tensor], deterministic: bool, action_masks: Any
+                      ) -> tuple[th.Tensor, th.Tensor, th.Tensor]:
         features = self.extract_features(obs)
         if self.share_features_extractor:
             latent_pi, latent_vf = self.mlp_extractor(features)

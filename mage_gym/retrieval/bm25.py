@@ -49,8 +49,33 @@ class LexicalIndex:
         ids = [self.vocab[t] for t in query_tokens if t in self.vocab]
         if self.model is None or not ids:
             return np.zeros(self.n_docs, dtype=np.float32)
-        out = self.model.get_scores_from_ids(ids)  # type: ignore[attr-defined]
-        return np.asarray(out, dtype=np.float32)
+        model = self.model
+        if getattr(model, "nonoccurrence_array", None) is not None:  # BM25L/BM25+: bm25s adds a constant
+            return np.asarray(model.get_scores_from_ids(ids), dtype=np.float32)  # type: ignore[attr-defined]
+        return _postings_sum(model.scores, ids, np.dtype(model.dtype))  # type: ignore[attr-defined]
+
+
+def _postings_sum(index: dict, token_ids: list[int], dtype: np.dtype) -> np.ndarray:
+    """Each document's summed BM25 weights over ``token_ids``, exactly as ``bm25s.BM25.get_scores_from_ids``.
+
+    Why not bm25s's own call: it runs one ``np.add.at`` per query token, and a
+    slot search's query (the question plus a node's text) has dozens of
+    tokens, so that Python loop was the largest share of a SearchEvidence
+    step. Here the postings of all tokens are gathered in query-token order
+    and added by a single ``np.add.at``, which adds element by element in
+    order: every document receives the same float additions in the same
+    order, so the scores are bit-identical (tests/test_retrieval.py).
+    """
+    data, indices, indptr = index["data"], index["indices"], index["indptr"]
+    q = np.asarray(token_ids, dtype=np.int64)
+    starts, ends = indptr[q].astype(np.int64), indptr[q + 1].astype(np.int64)
+    lengths = ends - starts
+    # positions start_i, ..., end_i - 1 of every token, concatenated in token order
+    offsets = np.repeat(starts - np.cumsum(lengths) + lengths, lengths)
+    positions = offsets + np.arange(int(lengths.sum()), dtype=np.int64)
+    scores = np.zeros(int(index["num_docs"]), dtype=dtype)
+    np.add.at(scores, indices[positions], data[positions])
+    return scores.astype(np.float32, copy=False)
 
 
 @dataclass

@@ -627,7 +627,7 @@ def markdown(results: dict[str, Any]) -> str:
         for ds, b in results["issue_bar"].items():
             lines.append(f"- {ds}: hybrid_pages {b['hybrid_pages']:.3f}, needed {b['needed']:.3f} ("
                          + ", ".join(f"{c} {v:.3f}" for c, v in b["rivals"].items()) + f"): "
-                         + ("met" if b["met"] else "NOT met"))
+                         + ("met" if b["met"] else "NOT met") + _delta_text(b))
         lines.append("")
     for name, bar in (results.get("issue_bar_by_retriever") or {}).items():
         if name == "hybrid_pages" and results.get("issue_bar"):
@@ -635,7 +635,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"Issue 19's bar for {name} on the test splits:", ""]
         for ds, b in bar.items():
             lines.append(f"- {ds}: {name} {b['recall5']:.3f}, needed {b['needed']:.3f}: "
-                         + ("met" if b["met"] else "NOT met"))
+                         + ("met" if b["met"] else "NOT met") + _delta_text(b))
         lines.append("")
     if results["config"].get("note"):
         lines += [f"Note: {results['config']['note']}", ""]
@@ -707,9 +707,25 @@ def markdown(results: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def issue_bar(runs: list[dict[str, Any]], split: str = "test", fused: str = "hybrid_pages") -> dict[str, Any]:
+def question_recall5(q: QuestionScores, name: str) -> float:
+    """One question's recall@5 under a channel or a fused ranking (as :func:`recall_rows` computes it)."""
+    top = ranked_pages(q.scores[name], q.inside, 5) if name in CHANNELS else q.fused[name][:5]
+    return page_recall(top, q.gold)
+
+
+def issue_bar(runs: list[dict[str, Any]], split: str = "test", fused: str = "hybrid_pages",
+              questions: dict[str, list[QuestionScores]] | None = None) -> dict[str, Any]:
     """Issue 19's bar per dataset: ``fused`` recall@5 >= the better of hybrid_elements and page_text alone,
-    and on FinanceBench >= page_dense too (only datasets with questions in ``split``)."""
+    and on FinanceBench >= page_dense too (only datasets with questions in ``split``).
+
+    With ``questions`` (dataset -> that split's questions), each entry also
+    carries ``delta``: ``fused`` minus the rival that sets the bar, per
+    question, with its 95 % paired bootstrap interval (the bar itself is the
+    plain comparison of means; the interval says how much a miss or a pass
+    could be question sampling).
+    """
+    from experiments.common.equal_cost import paired_delta
+
     r5 = {(r["dataset"], r["channel"]): r["metrics"]["R@5"] for r in runs
           if r["split"] == split and r["channel"] is not None}
     out = {}
@@ -720,7 +736,20 @@ def issue_bar(runs: list[dict[str, Any]], split: str = "test", fused: str = "hyb
         out[ds] = {"split": split, "fused": fused, "recall5": r5[(ds, fused)], "hybrid_pages": r5[(ds, fused)],
                    "rivals": {c: r5[(ds, c)] for c in rivals},
                    "needed": needed, "met": bool(r5[(ds, fused)] >= needed - 1e-9)}
+        qs = (questions or {}).get(ds)
+        if qs:
+            best = max(rivals, key=lambda c: r5[(ds, c)])
+            out[ds]["delta"] = {"against": best, **paired_delta([question_recall5(q, fused) for q in qs],
+                                                                [question_recall5(q, best) for q in qs])}
     return out
+
+
+def _delta_text(b: dict[str, Any]) -> str:
+    d = b.get("delta")
+    if not d or d["mean"] is None:
+        return ""
+    return (f"; delta vs {d['against']} {d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] over {d['n']} q."
+            + ("" if d["interpretable"] else " (under 30 questions: not interpretable)"))
 
 
 def main() -> None:
@@ -851,12 +880,14 @@ def main() -> None:
             dataclasses.replace(model, meta=meta).save(args.save_learned)
             print(f"wrote the chosen model to {args.save_learned}")
     present = {(r["split"], r["channel"]) for r in results["runs"]}
-    results["issue_bar"] = issue_bar(results["runs"])
-    results["issue_bar_by_retriever"] = {name: issue_bar(results["runs"], fused=name) for name in BAR_CANDIDATES
-                                         if ("test", name) in present}
+    test_questions = {ds: by_split["test"] for ds, by_split in data.items() if by_split.get("test")}
+    results["issue_bar"] = issue_bar(results["runs"], questions=test_questions)
+    results["issue_bar_by_retriever"] = {name: issue_bar(results["runs"], fused=name, questions=test_questions)
+                                         for name in BAR_CANDIDATES if ("test", name) in present}
     for name in ("hybrid_adaptive", "hybrid_learned"):
         for ds, b in results["issue_bar_by_retriever"].get(name, {}).items():
-            print(f"bar {ds}: {name} test R@5 {b['recall5']:.3f} vs needed {b['needed']:.3f}: {b['met']}")
+            print(f"bar {ds}: {name} test R@5 {b['recall5']:.3f} vs needed {b['needed']:.3f}: {b['met']}"
+                  + _delta_text(b))
     for ds, b in results["issue_bar"].items():
         print(f"bar {ds}: hybrid_pages test R@5 {b['hybrid_pages']:.3f} vs needed {b['needed']:.3f}: {b['met']}")
     results["machine"]["load_average_1min_end"] = os.getloadavg()[0]

@@ -157,3 +157,25 @@ def test_rows_and_markdown_come_from_the_results_file() -> None:
     md = eq.markdown(results)
     assert f"| bm25 | - | {bm25['R@1']:.3f} / {bm25['R@5']:.3f} |" in md
     assert "train (0 q., 0 docs)" in md and "test (6 q., 3 docs)" in md and "`cmd`" in md
+
+
+def test_issue_bar_carries_the_per_question_delta_against_the_rival_that_sets_it() -> None:
+    def q(i: int, gold: tuple[int, ...], fused_top: list[int], rival_top: list[int]) -> eq.QuestionScores:
+        scores = {ch: np.zeros(8, dtype=np.float32) for ch in eq.CHANNELS}
+        return eq.QuestionScores(f"e{i}", "d", gold, scores, None,
+                                 fused={"hybrid_pages": fused_top, "hybrid_elements": rival_top, "page_text": [7]})
+
+    # the fused ranking finds gold on 1 of 4 questions, hybrid_elements on 3 of 4
+    qs = [q(0, (0,), [0], [0]), q(1, (1,), [2], [1]), q(2, (2,), [3], [2]), q(3, (3,), [4], [4])]
+    runs = [{"dataset": "mmlongbench", "split": "test", "channel": ch,
+             "metrics": {"R@5": float(np.mean([eq.question_recall5(x, ch) for x in qs]))}}
+            for ch in ("hybrid_pages", "hybrid_elements", "page_text")]
+    bar = eq.issue_bar(runs, questions={"mmlongbench": qs})["mmlongbench"]
+    assert not bar["met"] and bar["needed"] == 0.75
+    d = bar["delta"]
+    assert d["against"] == "hybrid_elements" and d["mean"] == pytest.approx(-0.5) and d["n"] == 4
+    assert d["lo"] <= -0.5 <= d["hi"] and not d["interpretable"]
+    md = eq.markdown({"command": "c", "date": "d", "commit": "x", "runs": [], "issue_bar": {"mmlongbench": bar},
+                      "config": {"ks": [5], "parser": "fast"}})
+    assert "delta vs hybrid_elements -0.500 [" in md and "not interpretable" in md
+    assert "delta" not in eq.issue_bar(runs)["mmlongbench"]  # without the questions: means only

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.common.equal_cost import MIN_QUESTIONS, curve_arrays, delta_at_equal_cost, interpolate_at
+from experiments.common.equal_cost import MIN_QUESTIONS, curve_arrays, delta_at_equal_cost, interpolate_at, paired_delta
 
 
 def test_interpolation_is_linear_between_neighbours_and_never_extrapolates() -> None:
@@ -47,3 +47,17 @@ def test_curve_arrays_keeps_only_points_covering_every_question() -> None:
             3: {"a": {"r": 0.5, "t": 30}, "b": {"r": 0.6, "t": 31}}}
     ks, m, c = curve_arrays(rows, ["a", "b"], "r", "t")
     assert ks == [1, 3] and m.shape == (2, 2) and c[1, 1] == 31
+
+
+def test_paired_delta_is_the_mean_difference_with_a_bootstrap_interval_around_it() -> None:
+    rng = np.random.default_rng(0)
+    b = rng.random(60)
+    d = paired_delta(b + 0.1, b)  # the same shift on every question: no sampling spread at all
+    assert d["mean"] == pytest.approx(0.1) and d["lo"] == pytest.approx(0.1) and d["hi"] == pytest.approx(0.1)
+    assert d["n"] == 60 and d["interpretable"]
+    noisy = paired_delta(b + rng.normal(0.05, 0.3, 60), b)
+    assert noisy["lo"] < noisy["mean"] < noisy["hi"] and noisy["lo"] < 0.05 < noisy["hi"]
+    assert paired_delta([1.0] * 5, [0.0] * 5)["interpretable"] is False
+    assert paired_delta([], [])["mean"] is None
+    with pytest.raises(ValueError, match="equally long"):
+        paired_delta([1.0, 2.0], [1.0])

@@ -83,6 +83,25 @@ def delta_at_equal_cost(policy_metric: Sequence[float], policy_cost: Sequence[fl
     return out
 
 
+def paired_delta(a: Sequence[float], b: Sequence[float], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """``{"mean", "lo", "hi", "n", "interpretable"}``: mean of ``a - b`` over paired questions, 95 % bootstrap.
+
+    For two rankings or policies scored on the same questions at the same
+    cost (e.g. two retrievers' recall@5), where no curve is needed.
+    """
+    x = np.asarray(a, dtype=float) - np.asarray(b, dtype=float)
+    if np.shape(a) != np.shape(b) or x.ndim != 1:
+        raise ValueError(f"paired arrays must be 1-d and equally long, got {np.shape(a)} and {np.shape(b)}")
+    n = len(x)
+    out: dict[str, Any] = {"mean": None, "lo": None, "hi": None, "n": n, "interpretable": n >= MIN_QUESTIONS}
+    if n == 0:
+        return out
+    means = x[np.random.default_rng(seed).integers(0, n, size=(n_boot, n))].mean(axis=1)
+    out["mean"] = float(x.mean())
+    out["lo"], out["hi"] = (float(v) for v in np.percentile(means, [2.5, 97.5]))
+    return out
+
+
 def curve_arrays(rows_by_k: Mapping[int, Mapping[str, Mapping[str, Any]]], question_ids: Sequence[str],
                  metric: str, cost: str) -> tuple[list[int], np.ndarray, np.ndarray]:
     """``(ks, metric[k, q], cost[k, q])`` from top-k episode metrics keyed by k then question id.

@@ -889,7 +889,8 @@ def main() -> None:
             print(f"bar {ds}: {name} test R@5 {b['recall5']:.3f} vs needed {b['needed']:.3f}: {b['met']}"
                   + _delta_text(b))
     for ds, b in results["issue_bar"].items():
-        print(f"bar {ds}: hybrid_pages test R@5 {b['hybrid_pages']:.3f} vs needed {b['needed']:.3f}: {b['met']}")
+        print(f"bar {ds}: hybrid_pages test R@5 {b['hybrid_pages']:.3f} vs needed {b['needed']:.3f}: {b['met']}"
+              + _delta_text(b))
     results["machine"]["load_average_1min_end"] = os.getloadavg()[0]
     results["seconds"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)

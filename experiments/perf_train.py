@@ -10,22 +10,25 @@ process (so no setting inherits caches another one warmed), on the same
 corpus, with the same seed and step count. A setting is
 ``kind:n_envs[:legacy]``:
 
-* ``before`` (``--before``, default ``subproc:2:legacy``): train.py's old
-  default path (``train.n_envs`` = 2 cores, ``SubprocVecEnv``), each env with
+* ``before`` (``--before``, default
+  ``subproc:2:legacy+policy.ppo.train.hparams.n_steps=512``): train.py's old
+  default path (``train.n_envs`` = 2 cores x 512 steps, ``SubprocVecEnv``), each env with
   its own episode provider (its own copy of every graph) and the caches at
   their library defaults (a few graphs, 128 questions), so most resets on a
   corpus larger than that rebuilt retriever indexes and re-scored the question;
-* ``after`` (``--after``, default ``dummy:2``): train.py's envs now
+* ``after`` (``--after``, default ``dummy:8``): train.py's envs now
   (:func:`~experiments.common.training.training_env_factory`: the envs of a
-  process share one provider, caches sized for the corpus), the same two envs
-  in this process (``train.vec_env=dummy``; the policy forward batched over
-  them). Same rollout size and seeds as ``before``, so training is the same
-  (equal validation reward) and only the time differs;
-* optionally more (``--also dummy:1:legacy,dummy:1,dummy:8``; ``dummy:8``
-  collects 8 x n_steps per update, so it learns differently per env step;
-  a setting may carry its own config overrides after ``+``, e.g.
-  ``dummy:8+policy.ppo.train.hparams.n_steps=128``: the same 1,024-sample
-  updates as two envs x 512 steps, the forward batched over eight envs).
+  process share one provider, caches sized for the corpus), its default eight
+  envs x 128 steps in this process (``train.vec_env=dummy``; the policy
+  forward batched over them): the same 1,024 samples per update as
+  ``before``, so PPO learns alike per env step (validation reward at equal
+  steps, and the 3-seed curves of ``training_ppo_n_envs``). ``dummy:2+
+  policy.ppo.train.hparams.n_steps=512`` is today's code on the old rollout
+  shape, which changes only the time;
+* optionally more (``--also dummy:1:legacy,dummy:1,dummy:2``; a setting
+  collects n_envs x n_steps per update, so another product learns
+  differently per env step; a setting may carry its own config overrides
+  after ``+``, e.g. ``dummy:2+policy.ppo.train.hparams.n_steps=512``).
 
 ``--before-tree DIR`` times ``--before`` in another checkout instead of
 this tree's ``legacy`` emulation: the old code itself, its envs built as
@@ -54,11 +57,11 @@ Run::
 
     .venv/bin/python experiments/perf_train.py                       # outputs/perf_train/results.json
     .venv/bin/python experiments/perf_train.py --steps 4096 --corpora synth -- train.shaping=false
-    .venv/bin/python experiments/perf_train.py --after subproc:2 --also dummy:1:legacy,dummy:1,dummy:8
+    .venv/bin/python experiments/perf_train.py --after subproc:8 --also dummy:2+policy.ppo.train.hparams.n_steps=512
     .venv/bin/python experiments/perf_train.py --corpora real_mix --repeats 3    # medians of 3 interleaved runs
     git archive e7c6e2b | tar -x -C /tmp/tree_before                              # train.py before issue 14
     .venv/bin/python experiments/perf_train.py --corpora real_mix --before dummy:2 --before-tree /tmp/tree_before \
-        --before-cache /tmp/cache_before --also dummy:2:legacy --warm --repeats 3
+        --before-cache /tmp/cache_before --also dummy:2:legacy+policy.ppo.train.hparams.n_steps=512 --warm --repeats 3
 """
 from __future__ import annotations
 
@@ -322,8 +325,9 @@ def corpus_episodes(name: str, cfg: Mapping[str, Any], args: argparse.Namespace)
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=8192, help="env steps of each learn() call")
-    ap.add_argument("--before", default="subproc:2:legacy", help="the reference setting (kind:n_envs[:legacy])")
-    ap.add_argument("--after", default="dummy:2", help="the setting compared with it")
+    ap.add_argument("--before", default="subproc:2:legacy+policy.ppo.train.hparams.n_steps=512",
+                    help="the reference setting (kind:n_envs[:legacy][+override...])")
+    ap.add_argument("--after", default="dummy:8", help="the setting compared with it (train.py's default)")
     ap.add_argument("--also", default="", help="more settings to measure, e.g. subproc:2,dummy:4:legacy")
     ap.add_argument("--corpora", default="synth,real_mix", help="comma list of synth, real_mix")
     ap.add_argument("--synth-root", default=None, help="synthetic corpus (default: $MAGE_GYM_CACHE/synth/tiny_n7_s0)")

@@ -40,14 +40,42 @@ def load_run(run: Path) -> dict[str, Any]:
     return {"name": run.name, "points": json.loads(path.read_text()), "recipe": summary.get("recipe"),
             "seed": summary.get("seed"), "shaping": summary.get("shaping"),
             "init": (summary.get("training") or {}).get("init"),
-            "selected_timesteps": summary.get("selected_timesteps"), "best_val_reward": summary.get("best_val_reward")}
+            "selected_timesteps": summary.get("selected_timesteps"), "best_val_reward": summary.get("best_val_reward"),
+            "rollout": rollout_of(run, summary)}
 
 
-def label_of(r: dict[str, Any]) -> str:
+def rollout_of(run: Path, summary: dict[str, Any]) -> str | None:
+    """``"<n_envs> envs x <n_steps> steps"`` of a PPO run (None without PPO, or when not recorded).
+
+    Older runs' summaries lack ``n_steps``; it is then read from the run's Hydra config.
+    """
+    training = summary.get("training") or {}
+    n_envs, n_steps = training.get("n_envs"), training.get("n_steps")
+    if not n_envs:
+        return None
+    if n_steps is None:
+        config = run / ".hydra" / "config.yaml"
+        if config.exists():
+            import yaml
+
+            node: Any = yaml.safe_load(config.read_text()) or {}
+            for key in ("policy", "ppo", "train", "hparams", "n_steps"):
+                node = node.get(key) if isinstance(node, dict) else None
+            n_steps = node
+    return f"{n_envs} envs x {n_steps} steps" if n_steps is not None else f"{n_envs} envs"
+
+
+def label_of(r: dict[str, Any], with_rollout: bool = False) -> str:
+    """``recipe [from init] seed S``; ``with_rollout`` adds the PPO rollout shape (when runs differ in it)."""
     if r["recipe"] is None:
         return r["name"]
     recipe = f"{r['recipe']} from {Path(str(r['init'])).stem}" if r.get("init") else str(r["recipe"])
-    return f"{recipe} seed {r['seed']}" if r["seed"] is not None else recipe
+    label = f"{recipe} seed {r['seed']}" if r["seed"] is not None else recipe
+    return f"{label}, {r['rollout']}" if with_rollout and r.get("rollout") else label
+
+
+def rollouts_differ(runs: list[dict[str, Any]]) -> bool:
+    return len({r.get("rollout") for r in runs}) > 1
 
 
 def plot(runs: list[dict[str, Any]], out: Path) -> None:
@@ -57,6 +85,7 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, len(PANELS), figsize=(5 * len(PANELS), 3.6))
+    with_rollout = rollouts_differ(runs)
     for r in runs:
         points = r["points"]
         color = None
@@ -64,7 +93,8 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
             pts = [(p["timesteps"], p.get(key), p.get("stage", "ppo")) for p in points if p.get(key) is not None]
             if not pts:
                 continue
-            line, = ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], color=color, label=label_of(r))
+            line, = ax.plot([x for x, _, _ in pts], [y for _, y, _ in pts], color=color,
+                            label=label_of(r, with_rollout))
             color = line.get_color()
             for stage, marker in MARKERS.items():
                 sel = [(x, y) for x, y, s in pts if s == stage]
@@ -88,13 +118,15 @@ def plot(runs: list[dict[str, Any]], out: Path) -> None:
 def results_of(runs: list[dict[str, Any]], dataset: str | None) -> dict[str, Any]:
     """``{"runs": [...]}``: one row per training run, its validation points as a list of records."""
     rows = []
+    with_rollout = rollouts_differ(runs)
     for r in runs:
         points = [{k: p.get(k) for k in POINT_KEYS} for p in r["points"]]
-        rows.append({"policy": f"ppo ({label_of(r)})", "dataset": dataset, "split": "val",
+        rows.append({"policy": f"ppo ({label_of(r, with_rollout)})", "dataset": dataset, "split": "val",
                      "metrics": {"points": len(points), "best_val_reward": r["best_val_reward"],
                                  "selected_timesteps": r["selected_timesteps"], "curve": points},
                      "training": {"recipe": r["recipe"], "seed": r["seed"], "shaping": r["shaping"],
-                                  "init": r.get("init"), "reported_reward": "unshaped (plain terminal reward)",
+                                  "init": r.get("init"), "rollout": r.get("rollout"),
+                                  "reported_reward": "unshaped (plain terminal reward)",
                                   "run": r["name"]}})
     return {"schema_version": 2, "runs": rows}
 

@@ -14,7 +14,7 @@ Run (from the repo root; ``python -m experiments.train`` works the same):
 
 The recipes (``train.algo``: ppo, dagger, dagger_ppo) are in
 :func:`experiments.common.training.train` (train split, graphs, ``n_envs``
-oracle-reader envs in worker processes, behaviour-cloning warm start from
+oracle-reader envs (in this process by default), behaviour-cloning warm start from
 ``train.bc.teacher`` or DAgger rounds from the oracle, PPO with periodic
 validation and model selection on the validation split, never on test).
 Options: ``train.*`` (conf/training/default.yaml),

@@ -13,10 +13,11 @@ Three recipes (``train.algo``), each readable top to bottom in :func:`train`:
 Common to all: episodes of the train split (only those usable for training:
 answerable ones need gold on the page; ``dataset.limit`` caps them) and of
 the validation split (other documents; ``train.eval_episodes`` of them),
-graphs from the cache, ``train.n_envs`` PPO environments (default: one per
-core; by default all in this process sharing one episode provider and graph
-cache, which measured faster than one worker process per env on the real mix
-with identical learning (``experiments/perf_train.py``); ``train.vec_env=subproc``
+graphs from the cache, ``train.n_envs`` PPO environments (default 8 x
+``n_steps`` 128 = 1,024 samples per update whatever the machine; by default
+all in this process sharing one episode provider and graph cache, which
+measured faster than one worker process per env on the real mix with
+identical learning (``experiments/perf_train.py``); ``train.vec_env=subproc``
 gives ``SubprocVecEnv``) with the oracle reader and optional potential-based
 shaping (``train.shaping``), periodic validation every ``train.eval_freq``
 steps keeping the best. Validation envs are never privileged nor shaped:
@@ -479,6 +480,7 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
 
     training = {"recipe": recipe, "shaping": shaping, "reported_reward": "unshaped (plain terminal reward)",
                 "n_envs": n_envs if runs_ppo else 0, "vec_env": vec_kind if runs_ppo else None,
+                "n_steps": int(model.n_steps) if runs_ppo else None,  # per env: n_envs x n_steps samples per update
                 "init": init["path"] if init else None, "selected_timesteps": best["timesteps"]}
     runs = []
     final = None

@@ -745,11 +745,14 @@ def issue_bar(runs: list[dict[str, Any]], split: str = "test", fused: str = "hyb
 
 
 def _delta_text(b: dict[str, Any]) -> str:
+    """``; delta vs <rival> mean [lo, hi] over n q.`` of one bar check (empty without a delta)."""
+    from experiments.common.equal_cost import MIN_QUESTIONS
+
     d = b.get("delta")
     if not d or d["mean"] is None:
         return ""
     return (f"; delta vs {d['against']} {d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}] over {d['n']} q."
-            + ("" if d["interpretable"] else " (under 30 questions: not interpretable)"))
+            + ("" if d["interpretable"] else f" (under {MIN_QUESTIONS} questions: not interpretable)"))
 
 
 def main() -> None:

@@ -146,6 +146,14 @@ def split_setting(spec: str) -> tuple[str, list[str]]:
     return base, [o for o in overrides if o]
 
 
+def as_legacy(spec: str) -> str:
+    """``spec`` on the legacy code path, its overrides kept: ``dummy:2+a=1`` -> ``dummy:2:legacy+a=1``."""
+    base, overrides = split_setting(spec)
+    if parse_setting(spec)[2]:
+        return spec
+    return "+".join([f"{base}:legacy", *overrides])
+
+
 def parse_setting(spec: str) -> tuple[str, int, bool]:
     """``kind:n_envs[:legacy]`` (any ``+override`` ignored) -> (kind, n_envs, legacy)."""
     parts = split_setting(spec)[0].split(":")
@@ -347,10 +355,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="outputs/perf_train/results.json")
     ap.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. train.shaping=false")
     args = ap.parse_args(argv)
+    base_overrides = ["logger=none", "env.parser=fast", *args.overrides]
+    # each setting's own overrides composed once (a bad one fails here, before any work)
+    extra_cfgs: dict[tuple[str, ...], dict[str, Any]] = {}
     for spec in [args.before, args.after, *[x for x in args.also.split(",") if x.strip()]]:
-        parse_setting(spec)  # fail before any work
-        if split_setting(spec)[1]:
-            compose(["logger=none", "env.parser=fast", *args.overrides, *split_setting(spec)[1]])
+        parse_setting(spec)
+        extra = tuple(split_setting(spec)[1])
+        if extra and extra not in extra_cfgs:
+            extra_cfgs[extra] = compose([*base_overrides, *extra])
     from experiments.common.config import quiet_libraries, set_threads
     from experiments.common.results import write_json
     from mage_gym.paths import cache_root
@@ -359,7 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     set_threads(args.torch_threads)
     if args.synth_root is None:
         args.synth_root = str(cache_root() / "synth" / f"tiny_n{args.synth_docs}_s{args.synth_seed}")
-    cfg = compose(["logger=none", "env.parser=fast", *args.overrides])
+    cfg = compose(base_overrides)
     out: dict[str, Any] = {
         "command": " ".join([Path(sys.executable).name, "experiments/perf_train.py", *(argv or sys.argv[1:])]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
@@ -379,9 +391,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         tree = Path(args.before_tree).resolve() if args.before_tree and name == "real_mix" else None
         if tree is not None:
             res["before_tree"] = str(tree)
-        before = args.before
-        if args.before_tree and tree is None and not parse_setting(before)[2]:
-            before += ":legacy"  # no other tree for this corpus: the before code path emulated in this tree
+        # no other tree for this corpus: the before code path emulated in this tree
+        before = as_legacy(args.before) if args.before_tree and tree is None else args.before
         # a setting is (spec, in the other tree?): the before setting in another tree is its own setting even when
         # its spec equals an after/also spec of this tree; settings shared by several rows run once
         before_key, after_key = (before, tree is not None), (args.after, False)
@@ -395,8 +406,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                     row = measure_tree(tree, cache, base, args.steps, args.torch_threads, args.val_episodes,
                                        args.warm, [*args.overrides, *extra])
                 else:
-                    cfg_s = compose(["logger=none", "env.parser=fast", *args.overrides, *extra]) if extra else cfg
-                    row = measure_isolated(cfg_s, train, val, base, args.steps, args.torch_threads, args.warm)
+                    row = measure_isolated(extra_cfgs.get(tuple(extra), cfg), train, val, base, args.steps,
+                                           args.torch_threads, args.warm)
                 runs[(spec, other_tree)].append({**row, "overrides": extra} if extra else row)
 
         res["before"] = median_row(runs[before_key])

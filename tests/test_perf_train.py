@@ -31,3 +31,13 @@ def test_median_row_takes_the_warm_median_on_its_own() -> None:
 def test_measure_tree_names_the_failure(tmp_path) -> None:
     with pytest.raises(RuntimeError, match="failed"):
         measure_tree(tmp_path, tmp_path / "cache", "dummy:2", 64, 1, 0, False, [])
+
+
+def test_as_legacy_keeps_the_settings_overrides() -> None:
+    from experiments.perf_train import as_legacy
+
+    assert as_legacy("dummy:2") == "dummy:2:legacy"
+    assert as_legacy("dummy:2+policy.ppo.train.hparams.n_steps=512") == \
+        "dummy:2:legacy+policy.ppo.train.hparams.n_steps=512"
+    assert as_legacy("subproc:2:legacy+a=1") == "subproc:2:legacy+a=1"
+    assert parse_setting(as_legacy("dummy:2+a=1")) == ("dummy", 2, True)

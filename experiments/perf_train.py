@@ -47,6 +47,9 @@ rollout + update. Then, outside the timed window, the validation reward of
 the trained model at these equal env steps (unshaped, ordinary env), since
 a faster configuration must not learn worse per step.
 
+Why the update is slow, and how far it is from its arithmetic floor: see
+``experiments/perf_update.py``.
+
 Corpora: the synthetic ``tiny`` corpus (generated into the cache when
 missing, fast parser), and the real mix (MMLongBench + FinanceBench train
 splits, ``env.parser=fast``) when its graphs are already in the cache

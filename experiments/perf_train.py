@@ -76,51 +76,9 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from experiments.common.train_corpora import compose, corpus_episodes
+
 REPO = Path(__file__).resolve().parents[1]
-
-
-def compose(overrides: Sequence[str]) -> dict[str, Any]:
-    """The train.py config with ``overrides`` (plain containers)."""
-    from hydra import compose as hydra_compose
-    from hydra import initialize_config_dir
-
-    from experiments.common.config import plain
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
-        return plain(hydra_compose(config_name="train", overrides=list(overrides)))
-
-
-def synth_corpus(root: Path, n_docs: int, seed: int) -> Path:
-    """The generator's ``tiny`` corpus at ``root`` (generated once)."""
-    from mage_gym.data.synth import generate_corpus, preset, read_manifest
-
-    default_docs, scfg = preset("tiny")
-    try:
-        m = read_manifest(root)
-        if m.get("config") == scfg.to_dict() and m.get("n_docs") == n_docs and m.get("seed") == seed:
-            return root
-    except Exception:  # noqa: BLE001 - absent or unreadable: generate
-        pass
-    generate_corpus(root, n_docs or default_docs, seed=seed, cfg=scfg, workers=2)
-    return root
-
-
-def cached_only(episodes: Sequence[Any], parser: str, graph_kwargs: Mapping[str, Any] | None) -> tuple[list[Any], int]:
-    """The episodes whose document graph is already in the cache (nothing is built), and how many were left out."""
-    from mage_gym.graph import GraphNotBuiltError
-    from mage_gym.graph.build import load_graph
-
-    kw = dict(graph_kwargs or {})
-    ok: dict[str, bool] = {}
-    for src in sorted({e.source for e in episodes}):
-        try:
-            load_graph(src, parser=parser, cache_dir=kw.get("cache_dir"), max_pages=kw.get("max_pages"),
-                       parser_cfg=kw.get("parser_cfg"), edge_cfg=kw.get("edge_cfg"), embed_cfg=kw.get("embed_cfg"))
-            ok[src] = True
-        except (GraphNotBuiltError, FileNotFoundError, OSError):
-            ok[src] = False
-    kept = [e for e in episodes if ok.get(e.source)]
-    return kept, len(episodes) - len(kept)
 
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -308,31 +266,6 @@ def timed_learn(model: Any, steps: int, fast: bool, cfg: Mapping[str, Any], rese
     return timed(model, steps, reset, learn_fast if fast else plain_learn)
 
 
-def corpus_episodes(name: str, cfg: Mapping[str, Any], args: argparse.Namespace) -> tuple[list[Any], list[Any],
-                                                                                         dict[str, Any]]:
-    """(train episodes, val episodes, description) of ``synth`` or ``real_mix``."""
-    from experiments.common.episodes import load_episodes, prepare_graphs
-
-    parser = cfg["env"].get("parser", "fast")
-    gk = cfg["env"].get("graph_kwargs")
-    if name == "synth":
-        root = synth_corpus(Path(args.synth_root), args.synth_docs, args.synth_seed)
-        ds = {"name": "synth", "root": str(root), "seed": 0}
-        train = prepare_graphs(load_episodes(ds, split="train", limit=None, usable_only=True), parser, 2, gk)
-        val = prepare_graphs(load_episodes(ds, split="val", limit=args.val_episodes), parser, 2, gk)
-        return train, val, {"root": str(root), "parser": parser}
-    train, val, left_out = [], [], 0
-    for ds_name in ("mmlongbench", "financebench"):
-        ds = {"name": ds_name, "root": None, "seed": 0}
-        kept, missing = cached_only(load_episodes(ds, split="train", limit=None, usable_only=True), parser, gk)
-        train += kept
-        left_out += missing
-        kept, _ = cached_only(load_episodes(ds, split="val", limit=args.val_episodes), parser, gk)
-        val += kept
-    return train, val, {"datasets": ["mmlongbench", "financebench"], "parser": parser,
-                        "train_episodes_without_cached_graph": left_out}
-
-
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=8192, help="env steps of each learn() call")
@@ -383,7 +316,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "net": (cfg["policy"]["ppo"].get("train") or {}).get("net"), "corpora": {}}
     for name in [c.strip() for c in args.corpora.split(",") if c.strip()]:
         print(f"[{name}]", flush=True)
-        train, val, desc = corpus_episodes(name, cfg, args)
+        train, val, desc = corpus_episodes(name, cfg, Path(args.synth_root), args.synth_docs, args.synth_seed,
+                                            args.val_episodes)
         if not train:
             out["corpora"][name] = {**desc, "skipped": "no training episodes with a cached graph"}
             print("  skipped: no training episodes with a cached graph", flush=True)

@@ -19,9 +19,14 @@ the question is answered with figures, not guessed:
   ``addmm``, ``bmm``, ``baddbmm``) in a ``torch.profiler`` trace of one
   ``train()``, and ``profiled_s`` the trace's total (the profiler adds its
   own overhead, so the share ``matmul_s / profiled_s`` is the figure to read);
+* ``overhead_s``: the minibatches' fixed cost, ``minibatches x
+  call_overhead_s`` (the forward and backward of a 2-sample minibatch:
+  dispatch, autograd, Python; the optimizer step is not in it), and
+  ``overhead_share`` its share of ``update_s``;
 * ``gemm_gflop_s``: ``torch.mm`` alone on the update's dominant shape
   (``[batch_size * K, hidden] x [hidden, hidden]``), the rate a matmul of
-  that shape reaches here;
+  that shape reaches here with its operands in cache (in the update they
+  mostly come from memory, so the floor below is a lower bound);
 * ``floor_s = matmul_gflop / gemm_gflop_s``: the update if everything but
   its matmuls were free; ``per_8192_steps``: the update time and the floor
   scaled to 8,192 env steps (perf_train's default), to set beside its
@@ -107,6 +112,29 @@ def gemm_rate(m: int, k: int, n: int, min_s: float = 0.5) -> float:
             return 2.0 * m * k * n * calls / elapsed / 1e9
 
 
+def call_overhead_s(model: Any, repeats: int = 30) -> float:
+    """Median wall seconds of one minibatch's forward and backward on 2 samples.
+
+    Why: that is the part of every minibatch's cost that does not grow with
+    the batch (about a thousand torch ops, each dispatched through Python and
+    autograd); ``update_s`` minus it, once per minibatch, is what the batch
+    size scales.
+    """
+    data = next(model.rollout_buffer.get(2))
+    masks = {"action_masks": data.action_masks} if hasattr(data, "action_masks") else {}
+    policy = model.policy
+
+    def step() -> None:
+        values, log_prob, entropy = policy.evaluate_actions(data.observations, data.actions.long().flatten(), **masks)
+        (values.sum() + log_prob.sum() + (entropy.sum() if entropy is not None else 0)).backward()
+
+    for _ in range(3):
+        step()
+    times = wall_times(step, repeats)
+    policy.zero_grad(set_to_none=True)  # train() zeroes them before each backward anyway
+    return statistics.median(times)
+
+
 def update_cost(model: Any, threads: int, repeats: int) -> dict[str, Any]:
     """The figures of the module docstring for ``model.train()`` on its current rollout buffer, with ``threads``."""
     import torch
@@ -122,15 +150,18 @@ def update_cost(model: Any, threads: int, repeats: int) -> dict[str, Any]:
         flops = matmul_flops(model.train)
         times = wall_times(model.train, repeats)
         profiled, matmul = profiled_split(model.train)
+        per_call = call_overhead_s(model)
     gemm = gemm_rate(int(model.batch_size) * K, hidden, hidden)
     update_s = statistics.median(times)
+    calls = int(model.n_epochs) * -(-samples // int(model.batch_size))  # minibatches per update
     gflop = flops / 1e9
     per_8192 = 8192 / samples
     return {
         "threads": threads, "samples_per_update": samples, "matmul_gflop": gflop, "update_s": update_s,
         "update_s_all": times, "update_gflop_s": gflop / update_s, "profiled_s": profiled, "matmul_s": matmul,
         "matmul_share": matmul / max(1e-9, profiled), "gemm_shape": [int(model.batch_size) * K, hidden, hidden],
-        "gemm_gflop_s": gemm, "floor_s": gflop / gemm,
+        "gemm_gflop_s": gemm, "floor_s": gflop / gemm, "minibatches": calls, "call_overhead_s": per_call,
+        "overhead_s": per_call * calls, "overhead_share": per_call * calls / update_s,
         "per_8192_steps": {"update_s": update_s * per_8192, "floor_s": gflop / gemm * per_8192},
     }
 
@@ -163,15 +194,14 @@ def build_model(overrides: Sequence[str], synth_docs: int, synth_seed: int) -> A
     from experiments.common.fast_learn import learn
     from experiments.common.policy_options import policy_options
     from experiments.common.training import LEARNER, make_vec_env, shaping_kwargs, training_env_factory
-    from experiments.perf_train import compose, corpus_episodes
+    from experiments.common.train_corpora import compose, corpus_episodes
     from mage_gym.paths import cache_root
     from policies.ppo import build_model as build_ppo
 
     quiet_libraries()
     cfg = compose(["logger=none", "env.parser=fast", *overrides])
     root = cache_root() / "synth" / f"tiny_n{synth_docs}_s{synth_seed}"
-    args = argparse.Namespace(synth_root=str(root), synth_docs=synth_docs, synth_seed=synth_seed, val_episodes=0)
-    train, _, _ = corpus_episodes("synth", cfg, args)
+    train, _, _ = corpus_episodes("synth", cfg, root, synth_docs, synth_seed, val_episodes=0)
     env_cfg, tc = cfg["env"], cfg["train"]
     ptrain = dict(policy_options(cfg, LEARNER).get("train") or {})
     train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, bool(tc.get("shaping", False)))}}
@@ -218,7 +248,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"compiled ({row['compile_s']:.0f} s to build):", end=" ")
         print(f"threads {t}: update {row['update_s']:.3f} s per {row['samples_per_update']} samples "
               f"({row['matmul_gflop']:.1f} GFLOP of matmul, {row['update_gflop_s']:.1f} GFLOP/s); matmul "
-              f"{row['matmul_share']:.0%} of the profiled time; GEMM {row['gemm_shape']} alone "
+              f"{row['matmul_share']:.0%} of the profiled time, per-call overhead {row['overhead_share']:.0%} "
+              f"({row['minibatches']} x {1000 * row['call_overhead_s']:.1f} ms); GEMM {row['gemm_shape']} alone "
               f"{row['gemm_gflop_s']:.1f} GFLOP/s, floor {row['floor_s']:.3f} s; per 8,192 steps: update "
               f"{row['per_8192_steps']['update_s']:.2f} s, floor {row['per_8192_steps']['floor_s']:.2f} s",
               flush=True)

@@ -274,3 +274,17 @@ def test_edges_deterministic():
     for name in ("edge_src", "edge_dst", "edge_kind", "edge_weight"):
         assert np.array_equal(getattr(a, name), getattr(b, name))
     assert a.edge_label == b.edge_label and a.node_ids == b.node_ids
+
+
+def test_knn_pair_similarities_do_not_depend_on_how_blas_splits_the_work() -> None:
+    """The stored similarities are the same bits whatever the matmul block (BLAS's gemv for one row, gemm for
+    many: their last bits differ, as they do between BLAS thread counts, e.g. a Ray task vs. the driver)."""
+    rng = np.random.default_rng(0)
+    v = rng.standard_normal((200, 384)).astype(np.float32)
+    v /= np.linalg.norm(v, axis=1, keepdims=True)
+    # (on this project's reference CPU v[:1] @ v.T and (v @ v.T)[:1] differ in their last bits)
+    one_row, all_rows = knn_pairs(v, 3, -1.0, block=1), knn_pairs(v, 3, -1.0, block=1024)
+    for got, want in zip(one_row, all_rows):
+        assert np.array_equal(got, want)
+    i, j, sim = all_rows
+    assert sim.dtype == np.float32 and np.allclose(sim, np.sum(v[i] * v[j], axis=1), atol=1e-6)

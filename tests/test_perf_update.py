@@ -47,7 +47,10 @@ def test_update_cost_scales_with_epochs(tiny_model) -> None:
     one, two = update_cost(tiny_model(1), threads=1, repeats=2), update_cost(tiny_model(2), threads=1, repeats=2)
     assert one["samples_per_update"] == 32 and one["gemm_shape"] == [16 * 8, 64, 64]
     assert two["matmul_gflop"] == pytest.approx(2 * one["matmul_gflop"])  # the same minibatches, twice
+    assert (one["minibatches"], two["minibatches"]) == (2, 4)  # 32 samples in minibatches of 16, per epoch
     for row in (one, two):
         assert row["matmul_gflop"] > 0 and 0 < row["matmul_share"] <= 1 and len(row["update_s_all"]) == 2
         assert row["floor_s"] == pytest.approx(row["matmul_gflop"] / row["gemm_gflop_s"])
+        assert row["call_overhead_s"] > 0
+        assert row["overhead_s"] == pytest.approx(row["call_overhead_s"] * row["minibatches"])
         assert row["per_8192_steps"]["update_s"] == pytest.approx(row["update_s"] * 8192 / 32)

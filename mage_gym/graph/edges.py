@@ -328,7 +328,9 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024,
     distance in reading order (nearer first). Why: repeated texts have equal
     vectors, and the encoder's last digits change with batch composition and
     thread count; ranking by raw similarity let that noise pick among tied
-    neighbours, so the graph changed with the number of build workers.
+    neighbours, so the graph changed with the number of build workers. The
+    returned similarities are recomputed per pair outside BLAS for the same
+    reason (see the end of the function).
 
     ``groups`` (int [n], optional): rows of the same group are never
     neighbours, so each row's k neighbours come from other groups only. The
@@ -368,11 +370,14 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024,
         sims.append(ts[keep])
     i = np.concatenate(rows).astype(np.int64)
     j = np.concatenate(cols).astype(np.int64)
-    sim = np.concatenate(sims).astype(np.float32)
     a, b = np.minimum(i, j), np.maximum(i, j)
-    code = a * n + b
-    code, first = np.unique(code, return_index=True)
-    return code // n, code % n, sim[first]
+    code = np.unique(a * n + b)
+    a, b = code // n, code % n
+    # the stored similarity: one dot product per kept pair in numpy's own loop, not BLAS, whose last bit
+    # depends on its thread count (OMP_NUM_THREADS at process start: a Ray task or a build worker vs. the
+    # driver), so the edge weights, like the choice of neighbours above, do not change with it
+    sim = np.einsum("ij,ij->i", v[a], v[b]).astype(np.float32)
+    return a, b, sim
 
 
 def _semantic(out: _Collector, n_pages: int, n_el: int, vectors: np.ndarray, el_page: np.ndarray,

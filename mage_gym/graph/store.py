@@ -44,6 +44,8 @@ from mage_gym.jsonio import json_default
 #: 4: the layout parser keeps text-layer lines no model box covers; a page whose only lines look like
 #: a header or footer keeps them as elements (text-layer routes). See docs/ARCHITECTURE.md.
 #: 5: a sixth relation, ``reference`` (explicit cross-references: "Figure 3", "Note 7", "see page 12").
+#: Not bumped for a change in the last bit of a float only: knn_pairs' similarities computed outside BLAS (same
+#: edges, weights within 1.2e-7; a bump would also make every checkpoint's recorded graph version a mismatch).
 GRAPH_VERSION = "5"
 FORMAT = 1
 MANIFEST = "manifest.json"

@@ -70,3 +70,30 @@ def test_committed_results_md_matches_the_published_files(tmp_path: Path) -> Non
     committed = REPO / "docs" / "RESULTS.md"
     assert committed.is_file(), "run `python -m experiments.results_doc render`"
     assert committed.read_text() == out.read_text(), "docs/RESULTS.md is stale: re-run the render command"
+
+
+def test_the_share_of_the_oracles_headroom_is_derived_per_dataset_split_and_budget() -> None:
+    from experiments.common.published import HEADROOM_CLOSED, with_headroom_closed
+
+    def run(policy: str, dataset: str, delta: float | None, privileged: bool = False) -> dict:
+        return {"policy": policy, "privileged": privileged, "budget": {"k": 5}, "dataset": dataset, "split": "test",
+                "metrics": {"delta_recall_at_equal_tokens": delta}}
+
+    runs = [run("topk_page", "a", None), run("ppo", "a", 0.05), run("oracle", "a", 0.2, privileged=True),
+            run("ppo", "b", 0.05), run("oracle", "b", 0.0, privileged=True), run("ppo", "c", 0.05),
+            run("heuristic", "d", 0.1), run("oracle", "d", 0.4)]  # d: an older file without the privileged mark
+    got = [r["metrics"].get(HEADROOM_CLOSED) for r in with_headroom_closed(runs)]
+    # a: 0.05 / 0.2; the oracle itself, topk_page (no delta), b (no headroom) and c (no oracle) get none
+    assert got == [None, pytest.approx(0.25), None, None, None, None, pytest.approx(0.25), None]
+    assert runs[1]["metrics"] == {"delta_recall_at_equal_tokens": 0.05}  # the input is left as it was
+
+
+def test_the_headroom_column_is_rendered_after_the_capped_metric_columns(tmp_path: Path) -> None:
+    from experiments.common.published import MAX_COLUMNS, _runs_table
+
+    metrics = {f"m{i}": float(i) for i in range(MAX_COLUMNS + 2)}
+    runs = [{"policy": "ppo", "dataset": "a", "split": "test", "metrics": {**metrics, "delta_recall_at_equal_tokens": 0.1}},
+            {"policy": "oracle", "privileged": True, "dataset": "a", "split": "test",
+             "metrics": {**metrics, "delta_recall_at_equal_tokens": 0.4}}]
+    head = _runs_table(runs)[0]
+    assert head.rstrip(" |").endswith("headroom_closed_at_equal_tokens") and "0.250" in _runs_table(runs)[2]

@@ -93,8 +93,49 @@ def _budget_label(b: Any) -> str:
     return _fmt(b)
 
 
+#: a column derived at render time (not stored in results.json): see :func:`with_headroom_closed`
+HEADROOM_CLOSED = "headroom_closed_at_equal_tokens"
+
+
+def _privileged(run: Mapping[str, Any]) -> bool:
+    """A run marked privileged, or of a registered policy whose class says it reads gold (older files lack the
+    mark)."""
+    if run.get("privileged"):
+        return True
+    try:
+        from policies import policy_class
+
+        return bool(getattr(policy_class(str(run.get("policy"))), "privileged", False))
+    except (ValueError, ImportError):  # not a registered policy (a channel, a setting): not privileged
+        return False
+
+
+def with_headroom_closed(runs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """``runs`` with :data:`HEADROOM_CLOSED` added to each unprivileged run's metrics where the file holds a
+    privileged run (the oracle) of the same dataset, split and budget with a positive gain at equal tokens.
+
+    Why derived here: it is (the run's ``delta_recall_at_equal_tokens``) / (the oracle's), the share of the
+    oracle's headroom over topk_page a controller closes, which issue 14's report asks for; both figures are
+    already in the file, so the docs compute it rather than a script storing it twice.
+    """
+    def key(r: Mapping[str, Any]) -> str:
+        return json.dumps([r.get(k) for k in ("dataset", "split", "subset", "budget")], sort_keys=True, default=str)
+
+    gains = {key(r): (r.get("metrics") or {}).get("delta_recall_at_equal_tokens") for r in runs if _privileged(r)}
+    out: list[Mapping[str, Any]] = []
+    for r in runs:
+        own, best = (r.get("metrics") or {}).get("delta_recall_at_equal_tokens"), gains.get(key(r))
+        if _privileged(r) or not _is_cell(own) or own is None or not _is_cell(best) or not best or best <= 0:
+            out.append(r)
+        else:
+            out.append({**r, "metrics": {**r["metrics"], HEADROOM_CLOSED: own / best}})
+    return out
+
+
 def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
-    """A ``{"runs": [...]}`` file: one row per run, identity columns then its scalar metrics."""
+    """A ``{"runs": [...]}`` file: one row per run, identity columns then its scalar metrics (and the derived
+    :data:`HEADROOM_CLOSED` when the file has an oracle run)."""
+    runs = with_headroom_closed(runs)
     ident = [k for k in ("policy", "dataset", "split", "subset", "budget", "channel", "k")
              if any(k in r for r in runs)]
     metric_keys: list[str] = []
@@ -102,8 +143,10 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
         for k, v in (r.get("metrics") or {}).items():
             if _is_cell(v) and k not in metric_keys and any((x.get("metrics") or {}).get(k) is not None for x in runs):
                 metric_keys.append(k)
+    derived = [k for k in metric_keys if k == HEADROOM_CLOSED]
+    metric_keys = [k for k in metric_keys if k != HEADROOM_CLOSED]
     metric_keys.sort(key=lambda k: (PREFERRED_METRICS.index(k) if k in PREFERRED_METRICS else len(PREFERRED_METRICS)))
-    metric_keys = metric_keys[:MAX_COLUMNS]
+    metric_keys = metric_keys[:MAX_COLUMNS] + derived
     rows = []
     for r in runs:
         cells = [_budget_label(r.get(k)) if k == "budget" else r.get(k) for k in ident]

@@ -199,11 +199,9 @@ def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], ki
     from stable_baselines3.common.monitor import Monitor
 
     from experiments.common.envs import make_env
-    from experiments.common.episodes import episode_of
     from experiments.common.policy_options import policy_options
-    from experiments.common.training import (
-        LEARNER, VAL_SEED, evaluate, make_vec_env, shaping_kwargs, training_env_factory,
-    )
+    from experiments.common.train_corpora import training_setup
+    from experiments.common.training import LEARNER, VAL_SEED, evaluate, make_vec_env, training_env_factory
     from policies.ppo import build_model
 
     tc, env_cfg = cfg["train"], cfg["env"]
@@ -211,9 +209,7 @@ def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], ki
     algo = ptrain.get("algo", "maskable_ppo")
     render_mode = env_cfg.get("render_mode", "visual")
     shaping = bool(tc.get("shaping", False))
-    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, shaping)}}
-    n_docs = len({episode_of(e).source for e in train_eps})
-    n_questions = sum(len(getattr(episode_of(e), "turns", None) or (1,)) for e in train_eps)
+    train_cfg, n_docs, n_questions = training_setup(cfg, train_eps)
 
     def make_legacy() -> Any:  # train.py's envs before they shared a provider and sized the caches
         env = make_env(train_eps, train_cfg, render_mode=render_mode, reader="oracle", max_graphs=min(64, n_docs))

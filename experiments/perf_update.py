@@ -193,8 +193,8 @@ def build_model(overrides: Sequence[str], synth_docs: int, synth_seed: int) -> A
     from experiments.common.config import quiet_libraries
     from experiments.common.fast_learn import learn
     from experiments.common.policy_options import policy_options
-    from experiments.common.training import LEARNER, make_vec_env, shaping_kwargs, training_env_factory
-    from experiments.common.train_corpora import compose, corpus_episodes
+    from experiments.common.train_corpora import compose, corpus_episodes, training_setup
+    from experiments.common.training import LEARNER, make_vec_env, training_env_factory
     from mage_gym.paths import cache_root
     from policies.ppo import build_model as build_ppo
 
@@ -202,12 +202,11 @@ def build_model(overrides: Sequence[str], synth_docs: int, synth_seed: int) -> A
     cfg = compose(["logger=none", "env.parser=fast", *overrides])
     root = cache_root() / "synth" / f"tiny_n{synth_docs}_s{synth_seed}"
     train, _, _ = corpus_episodes("synth", cfg, root, synth_docs, synth_seed, val_episodes=0)
-    env_cfg, tc = cfg["env"], cfg["train"]
     ptrain = dict(policy_options(cfg, LEARNER).get("train") or {})
-    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, bool(tc.get("shaping", False)))}}
-    n_docs = len({e.source for e in train})
-    make_one = training_env_factory(train, train_cfg, env_cfg.get("render_mode", "visual"), n_docs, len(train))
-    vec = make_vec_env(make_one, int(tc.get("n_envs") or 8), "dummy")
+    train_cfg, n_docs, n_questions = training_setup(cfg, train)  # as perf_train builds its envs
+    make_one = training_env_factory(train, train_cfg, cfg["env"].get("render_mode", "visual"), min(64, n_docs),
+                                    n_questions)
+    vec = make_vec_env(make_one, int(cfg["train"].get("n_envs") or 8), "dummy")
     model = build_ppo(vec, algo=ptrain.get("algo", "maskable_ppo"), seed=int(cfg.get("seed", 0)),
                       net=ptrain.get("net"), hparams=ptrain.get("hparams"), device="cpu")
     learn(model, int(model.n_steps) * int(model.n_envs))  # one rollout (and its update): a real buffer

@@ -98,21 +98,20 @@ HEADROOM_CLOSED = "headroom_closed_at_equal_tokens"
 
 
 def _privileged(run: Mapping[str, Any]) -> bool:
-    """A run marked privileged, or of a registered policy whose class says it reads gold (older files lack the
-    mark)."""
+    """A run marked privileged, or of a registered policy whose class reads gold (older files lack the mark)."""
     if run.get("privileged"):
         return True
-    try:
-        from policies import policy_class
+    from experiments.common.benchmarking import is_privileged
 
-        return bool(getattr(policy_class(str(run.get("policy"))), "privileged", False))
-    except (ValueError, ImportError):  # not a registered policy (a channel, a setting): not privileged
+    try:
+        return is_privileged(str(run.get("policy")))
+    except ValueError:  # not a registered policy (a channel, a setting)
         return False
 
 
 def with_headroom_closed(runs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """``runs`` with :data:`HEADROOM_CLOSED` added to each unprivileged run's metrics where the file holds a
-    privileged run (the oracle) of the same dataset, split and budget with a positive gain at equal tokens.
+    privileged run (the oracle) of the same dataset, split, subset and budget with a positive gain at equal tokens.
 
     Why derived here: it is (the run's ``delta_recall_at_equal_tokens``) / (the oracle's), the share of the
     oracle's headroom over topk_page a controller closes, which issue 14's report asks for; both figures are
@@ -121,11 +120,16 @@ def with_headroom_closed(runs: list[Mapping[str, Any]]) -> list[Mapping[str, Any
     def key(r: Mapping[str, Any]) -> str:
         return json.dumps([r.get(k) for k in ("dataset", "split", "subset", "budget")], sort_keys=True, default=str)
 
-    gains = {key(r): (r.get("metrics") or {}).get("delta_recall_at_equal_tokens") for r in runs if _privileged(r)}
+    def gain(r: Mapping[str, Any]) -> float | None:
+        v = (r.get("metrics") or {}).get("delta_recall_at_equal_tokens")
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    privileged = [_privileged(r) for r in runs]
+    oracle = {key(r): gain(r) for r, p in zip(runs, privileged) if p}
     out: list[Mapping[str, Any]] = []
-    for r in runs:
-        own, best = (r.get("metrics") or {}).get("delta_recall_at_equal_tokens"), gains.get(key(r))
-        if _privileged(r) or not _is_cell(own) or own is None or not _is_cell(best) or not best or best <= 0:
+    for r, p in zip(runs, privileged):
+        own, best = gain(r), oracle.get(key(r))
+        if p or own is None or best is None or best <= 0:
             out.append(r)
         else:
             out.append({**r, "metrics": {**r["metrics"], HEADROOM_CLOSED: own / best}})

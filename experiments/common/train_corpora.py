@@ -81,3 +81,16 @@ def corpus_episodes(name: str, cfg: Mapping[str, Any], synth_root: Path, synth_d
         val += kept
     return train, val, {"datasets": ["mmlongbench", "financebench"], "parser": parser,
                         "train_episodes_without_cached_graph": left_out}
+
+
+def training_setup(cfg: Mapping[str, Any], train_eps: Sequence[Any]) -> tuple[dict[str, Any], int, int]:
+    """(train.py's env config with shaping per ``train.shaping``, documents, questions) of ``train_eps``: what
+    :func:`~experiments.common.training.training_env_factory` is sized and configured with."""
+    from experiments.common.episodes import episode_of
+    from experiments.common.training import shaping_kwargs
+
+    env_cfg = cfg["env"]
+    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, bool(cfg["train"].get("shaping", False)))}}
+    n_docs = len({episode_of(e).source for e in train_eps})
+    n_questions = sum(len(getattr(episode_of(e), "turns", None) or (1,)) for e in train_eps)
+    return train_cfg, n_docs, n_questions

@@ -351,7 +351,6 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024,
             raise ValueError(f"groups has {groups.shape[0]} entries for {n} rows")
     rows: list[np.ndarray] = []
     cols: list[np.ndarray] = []
-    sims: list[np.ndarray] = []
     for lo in range(0, n, block):
         hi = min(n, lo + block)
         s = v[lo:hi] @ v.T  # [b, n]
@@ -367,7 +366,6 @@ def knn_pairs(vectors: np.ndarray, k: int, min_sim: float, block: int = 1024,
         r = np.broadcast_to(np.arange(lo, hi)[:, None], top.shape)
         rows.append(r[keep])
         cols.append(top[keep])
-        sims.append(ts[keep])
     i = np.concatenate(rows).astype(np.int64)
     j = np.concatenate(cols).astype(np.int64)
     a, b = np.minimum(i, j), np.maximum(i, j)

@@ -89,7 +89,7 @@ def teacher_labels(teacher: Policy, obs: Mapping[str, np.ndarray], mask: np.ndar
 
 
 def collect_round(env: Any, model: Any, teacher: Policy, episode_ids: Sequence[str], beta: float, seed: int,
-                  rng: np.random.Generator) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+                  rng: np.random.Generator, desc: str | None = None) -> tuple[dict[str, np.ndarray], dict[str, float]]:
     """Play ``episode_ids`` on the privileged ``env``: at each state the teacher labels, the student proposes,
     and the executed action is the teacher's with probability ``beta``, else the student's.
 
@@ -98,15 +98,18 @@ def collect_round(env: Any, model: Any, teacher: Policy, episode_ids: Sequence[s
     teacher accepts equally) and round statistics: ``agreement`` (student
     proposal in the label set, before this round's fit), ``agreement_exact``
     (equal to the teacher's own action), ``chance`` (a uniform choice among
-    valid actions), ``label_set_size`` (mean), ``teacher_share``.
+    valid actions), ``label_set_size`` (mean), ``teacher_share``. With ``desc``, a progress bar over the
+    episodes (a round over every training episode takes minutes).
     """
+    from tqdm import tqdm
+
     action_masks = env.get_wrapper_attr("action_masks")
     rows: dict[str, list[np.ndarray]] = {}
     masks, labels, sets = [], [], []
     agree = exact = teacher_moves = 0
     set_size = 0
     chance = 0.0
-    for i, eid in enumerate(episode_ids):
+    for i, eid in enumerate(tqdm(episode_ids, desc=desc, unit="ep", disable=desc is None, leave=False)):
         obs, _ = env.reset(seed=seed + i, options={"episode_id": eid})
         teacher.reset(EnvInfo.from_env(env, seed=seed + i))
         done = False
@@ -190,7 +193,8 @@ def run_dagger(model: Any, env: Any, teacher: Policy, episode_ids: Sequence[str]
         beta = cfg.beta(r)
         n = len(ids) if cfg.episodes_per_round is None else int(cfg.episodes_per_round)
         pick = list(rng.permutation(ids)[:n]) if n <= len(ids) else list(rng.choice(ids, size=n))
-        demos, stats = collect_round(env, model, teacher, pick, beta, seed=seed + 1_000_003 * (r + 1), rng=rng)
+        demos, stats = collect_round(env, model, teacher, pick, beta, seed=seed + 1_000_003 * (r + 1), rng=rng,
+                                     desc=f"DAgger round {r + 1}/{int(cfg.rounds)}")
         env_steps += int(stats["steps"])
         data = aggregate(data, demos, int(cfg.max_aggregate))
         losses = behaviour_clone(model, data, updates=int(cfg.updates), batch_size=int(cfg.batch_size),

@@ -52,35 +52,65 @@ def delta_at_equal_cost(policy_metric: Sequence[float], policy_cost: Sequence[fl
     outside the curve are dropped; ``None`` when more than half are). All
     ``None`` when the policy's cost lies outside the top-k curve.
     """
-    pm = np.asarray(policy_metric, dtype=float)
-    pc = np.asarray(policy_cost, dtype=float)
-    cm = np.asarray(curve_metric, dtype=float)
-    cc = np.asarray(curve_cost, dtype=float)
-    n = len(pm)
-    if cm.ndim != 2 or cm.shape != cc.shape or cm.shape[1] != n or len(pc) != n:
-        raise ValueError(f"shapes differ: policy {pm.shape}/{pc.shape}, curve {cm.shape}/{cc.shape}")
+    out = delta_over_seeds([(policy_metric, policy_cost, curve_metric, curve_cost)], n_boot=n_boot, seed=seed)
+    out["cost"], out["topk_at_cost"] = out.pop("costs")[0], out.pop("topk_at_costs")[0]
+    del out["seeds"]
+    return out
+
+
+def delta_over_seeds(per_seed: Sequence[tuple[Sequence[float], Sequence[float], np.ndarray, np.ndarray]],
+                     n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+    """The mean over training seeds of each seed's delta at equal cost, with one 95 % interval over questions.
+
+    Why: a learned controller is reported as the mean over its seeds, and
+    its interval should be over questions for that mean, not one interval per
+    seed. ``per_seed`` holds, per seed, ``(policy_metric[q], policy_cost[q],
+    curve_metric[k, q], curve_cost[k, q])`` on the same questions in the same
+    order; each bootstrap resample draws one set of questions and recomputes
+    every seed's delta on it (its policy means and its whole top-k curve),
+    then averages over seeds. With one seed this is exactly
+    :func:`delta_at_equal_cost`. Returns ``{"mean", "lo", "hi", "n",
+    "interpretable", "seeds", "costs", "topk_at_costs"}``; ``mean`` is None
+    when any seed's cost lies outside its curve.
+    """
+    arrays = [tuple(np.asarray(a, dtype=float) for a in s) for s in per_seed]
+    if not arrays:
+        raise ValueError("no seeds given")
+    n = len(arrays[0][0])
+    for pm, pc, cm, cc in arrays:
+        if cm.ndim != 2 or cm.shape != cc.shape or cm.shape[1] != n or len(pm) != n or len(pc) != n:
+            raise ValueError(f"shapes differ: policy {pm.shape}/{pc.shape}, curve {cm.shape}/{cc.shape}, "
+                             f"{n} questions")
     out: dict[str, Any] = {"mean": None, "lo": None, "hi": None, "n": n, "interpretable": n >= MIN_QUESTIONS,
-                           "cost": float(pc.mean()) if n else None, "topk_at_cost": None}
+                           "seeds": len(arrays), "costs": [float(pc.mean()) if n else None for _, pc, _, _ in arrays],
+                           "topk_at_costs": [None] * len(arrays)}
     if n == 0:
         return out
-    base = interpolate_at(float(pc.mean()), cc.mean(axis=1), cm.mean(axis=1))
-    if base is None:
+    bases = [interpolate_at(float(pc.mean()), cc.mean(axis=1), cm.mean(axis=1)) for _, pc, cm, cc in arrays]
+    out["topk_at_costs"] = bases
+    if any(b is None for b in bases):
         return out
-    out["topk_at_cost"] = base
-    out["mean"] = float(pm.mean()) - base
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, n, size=(n_boot, n))
+    out["mean"] = float(np.mean([pm.mean() - b for (pm, _, _, _), b in zip(arrays, bases)]))
+    idx = np.random.default_rng(seed).integers(0, n, size=(n_boot, n))
+    boot = np.mean([_bootstrap_deltas(pm, pc, cm, cc, idx) for pm, pc, cm, cc in arrays], axis=0)
+    kept = boot[np.isfinite(boot)]
+    if len(kept) >= n_boot / 2:
+        out["lo"], out["hi"] = (float(x) for x in np.percentile(kept, [2.5, 97.5]))
+    return out
+
+
+def _bootstrap_deltas(pm: np.ndarray, pc: np.ndarray, cm: np.ndarray, cc: np.ndarray,
+                      idx: np.ndarray) -> np.ndarray:
+    """One delta per resample (rows of ``idx``); NaN where the resampled cost falls outside the curve."""
     p_mean, p_cost = pm[idx].mean(axis=1), pc[idx].mean(axis=1)
     c_mean = cm[:, idx].mean(axis=2)  # [k, boot]
     c_cost = cc[:, idx].mean(axis=2)
-    deltas = []
-    for b in range(n_boot):
+    deltas = np.full(len(idx), np.nan)
+    for b in range(len(idx)):
         v = interpolate_at(float(p_cost[b]), c_cost[:, b], c_mean[:, b])
         if v is not None:
-            deltas.append(p_mean[b] - v)
-    if len(deltas) >= n_boot / 2:
-        out["lo"], out["hi"] = (float(x) for x in np.percentile(deltas, [2.5, 97.5]))
-    return out
+            deltas[b] = p_mean[b] - v
+    return deltas
 
 
 def paired_delta(a: Sequence[float], b: Sequence[float], n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
@@ -140,20 +170,28 @@ def needed_ks(policy_rows: Sequence[Sequence[Mapping[str, Any]]], curve: Mapping
               max_k: int, min_k: int = 1) -> int | None:
     """The next k the curve needs: the smallest k not run yet while the curve's top does not reach every
     policy's mean tokens and pages, or is below ``min_k`` (None: the curve covers them all, or ``max_k`` is
-    reached). ``min_k`` is for analyses of a subset of the questions (e.g. bridge questions only), whose
-    policy means can lie beyond the curve the means over all questions need."""
+    reached). The means are compared on the questions each delta averages over: every finished question
+    (support) and those with gold (recall); a policy that reads most on its questions with gold would
+    otherwise sit beyond a curve that only covers its mean over all questions. ``min_k`` is for analyses of a
+    subset of the questions (e.g. bridge questions only), whose policy means can lie beyond the curve the
+    means over all questions need."""
     def mean(rows: Sequence[Mapping[str, Any]], key: str) -> float:
         vals = [row_values(r, key) for r in rows]
         vals = [v for v in vals if v is not None]
         return float(np.mean(vals)) if vals else 0.0
 
-    want_tokens = max((mean(r, "tokens_rendered") for r in policy_rows), default=0.0)
-    want_pages = max((mean(r, "pages_rendered") for r in policy_rows), default=0.0)
+    targets: list[tuple[set[str], str, float]] = []  # (questions, cost, the policy's mean cost on them)
+    for rows in policy_rows:
+        done = [r for r in rows if not r.get("failed")]
+        for subset in (done, [r for r in done if row_values(r, "evidence_page_recall") is not None]):
+            ids = {str(r["episode_id"]) for r in subset}
+            if ids:
+                targets += [(ids, cost, mean(subset, cost)) for cost in ("tokens_rendered", "pages_rendered")]
     k = 1
     while k in curve:
-        rows = list(curve[k].values())
-        if (mean(rows, "tokens_rendered") >= want_tokens and mean(rows, "pages_rendered") >= want_pages and k > 1
-                and k >= min_k):
+        reached = all(mean([r for q, r in curve[k].items() if str(q) in ids], cost) >= want
+                      for ids, cost, want in targets)
+        if reached and k > 1 and k >= min_k:
             return None
         k += 1
     return k if k <= max_k else None

@@ -122,6 +122,8 @@ def with_headroom_closed(runs: list[Mapping[str, Any]]) -> list[Mapping[str, Any
 
     def gain(r: Mapping[str, Any]) -> float | None:
         v = (r.get("metrics") or {}).get("delta_recall_at_equal_tokens")
+        if isinstance(v, Mapping):  # a {"mean", "lo", "hi"} cell (experiments/learned_report.py)
+            v = v.get("mean")
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
     privileged = [_privileged(r) for r in runs]
@@ -140,7 +142,7 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
     """A ``{"runs": [...]}`` file: one row per run, identity columns then its scalar metrics (and the derived
     :data:`HEADROOM_CLOSED` when the file has an oracle run)."""
     runs = with_headroom_closed(runs)
-    ident = [k for k in ("policy", "dataset", "split", "subset", "budget", "channel", "k")
+    ident = [k for k in ("policy", "dataset", "split", "subset", "budget", "render_mode", "channel", "k")
              if any(k in r for r in runs)]
     metric_keys: list[str] = []
     for r in runs:

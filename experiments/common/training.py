@@ -451,6 +451,9 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
             curve.append(row)
             keep_best(m, row)
             logger.log({k: v for k, v in row.items() if k.startswith("val_")}, step=row["timesteps"])
+            shown = {**row["dagger"], **row}
+            log.info("DAgger round %d: %s", r["round"], {k: fmt(shown.get(k)) for k in (
+                "beta", "aggregate", "rollout_agreement", "val_reward", "val_evidence_page_recall")})
 
         validate = None
         if eval_fn is not None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.common.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
-from experiments.common.published import HEADROOM_CLOSED, with_headroom_closed
+from experiments.common.published import HEADROOM_CLOSED, render_result, with_headroom_closed
 from experiments.learned_report import main, parse_arm, report
 
 BUDGET = {"k": 5, "m": 4, "M": 24, "T": 6, "B": 16}
@@ -122,6 +122,14 @@ def test_arms_are_named_compared_on_the_plans_own_k_and_averaged(tmp_path: Path)
     shares = {r["policy"]: r["metrics"].get(HEADROOM_CLOSED) for r in with_headroom_closed(res["runs"])
               if r["subset"] == "all"}
     assert shares["imitation"] == pytest.approx(0.15 / 0.3)
+    # ... and show each delta as one "mean [lo, hi]" cell, not again as a table of its own per row
+    out = tmp_path / "published"
+    out.mkdir()
+    (out / "results.json").write_text(json.dumps(res))
+    (out / "provenance.json").write_text(json.dumps({"command": "c", "date": "d", "commit": "x"}))
+    md = "\n".join(render_result("report", out))
+    assert "| imitation | synth | test | all | k=5 m=4 M=24 T=6 B=16 | visual | 60 |" in md
+    assert "0.150 [" in md and "| interpretable |" not in md
 
 
 def test_a_curve_in_another_render_mode_is_not_used(tmp_path: Path) -> None:

@@ -168,7 +168,8 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
                 out += ["", f"{title}, {name}:", ""] + _table(cols, [[x.get(c) for c in cols] for x in v])
         if isinstance(r.get("evaluator"), Mapping) and r["evaluator"]:  # how an LLM evaluator's rounds were decided
             out += ["", f"{title}, evaluator:", ""] + _table(list(r["evaluator"]), [list(r["evaluator"].values())])
-        nested = {k: _spread_lists(v) for k, v in (r.get("metrics") or {}).items() if isinstance(v, Mapping) and v}
+        nested = {k: _spread_lists(v) for k, v in (r.get("metrics") or {}).items()
+                  if isinstance(v, Mapping) and v and not _is_cell(v)}  # a {"mean", "lo", "hi"} cell is in the row
         nested = {k: v for k, v in nested.items()
                   if all(_is_cell(x) and not isinstance(x, Mapping) for x in v.values())}
         if not nested:

@@ -73,11 +73,26 @@ def test_dagger_reports_agreement_and_recall_gap(pairs, tmp_path) -> None:
     assert meta["recipe"] == "dagger" and meta["shaping"] is False and (tmp_path / "checkpoint_dagger.zip").is_file()
 
 
-def test_dagger_ppo_on_worker_processes_then_init_from_its_checkpoint(pairs, tmp_path) -> None:
+def test_dagger_ppo_on_worker_processes_then_init_from_its_checkpoint(pairs, tmp_path, monkeypatch) -> None:
+    import policies.ppo as ppo_module
+
+    loaded: list[str] = []
+
+    class RecordingPPOPolicy(ppo_module.PPOPolicy):  # which checkpoints the final evaluations load
+        def __init__(self, *args, checkpoint=None, **kwargs) -> None:
+            if checkpoint is not None:
+                loaded.append(Path(str(checkpoint)).name)
+            super().__init__(*args, checkpoint=checkpoint, **kwargs)
+
+    monkeypatch.setattr(ppo_module, "PPOPolicy", RecordingPPOPolicy)
     cfg = cfg_for("dagger_ppo", n_envs=2, vec_env="subproc")
     summary = train(cfg, tmp_path / "a", train_episodes=pairs, val_episodes=pairs[:4])
+    assert loaded == ["checkpoint.zip", "checkpoint_dagger.zip"]  # the chosen one, then the DAgger student
     tr = read_results(tmp_path / "a")["ppo"]["training"]
     assert tr["recipe"] == "dagger_ppo" and tr["shaping"] is True and tr["vec_env"] == "subproc" and tr["n_envs"] == 2
+    best_dagger = [r for r in summary["learning_curve"] if r["stage"] == "dagger"][summary["imitation"]["best_round"]]
+    # the imitation report's student is the DAgger student (checkpoint_dagger.zip), whatever PPO selected after it
+    assert tr["imitation"]["student_val_page_recall"] == pytest.approx(best_dagger["val_evidence_page_recall"])
     stages = [r["stage"] for r in summary["learning_curve"]]
     assert "dagger" in stages and stages[-1] == "ppo"
     steps = [r["timesteps"] for r in summary["learning_curve"]]

@@ -493,7 +493,12 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
         chosen_model = PPOPolicy(checkpoint=str(ckpt)).model
         results, final = evaluate(chosen_model, algo, val_eps, cfg, render_mode, seed=VAL_SEED)
         if imitation is not None:
-            training["imitation"] = imitation_report(imitation, final)
+            # the student of the imitation report is DAgger's (after dagger_ppo's PPO stage the chosen
+            # checkpoint may be a PPO one: its agreement was never measured, its gap would mislabel PPO's)
+            student = final if recipe == "dagger" else evaluate(
+                PPOPolicy(checkpoint=str(out / f"{name}_dagger.zip")).model, algo, val_eps, cfg, render_mode,
+                seed=VAL_SEED)[1]
+            training["imitation"] = imitation_report(imitation, student)
         runs.append(make_run(LEARNER, env_cfg.get("budget") or {}, ds["name"], tc["eval_split"], final,
                              checkpoint=checkpoint_identity(ckpt), training=training))
         if imitation is not None and imitation.get("teacher_val"):

@@ -8,6 +8,7 @@ import numpy as np
 import pytest
 
 from experiments.common.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
+from experiments.common import published
 from experiments.common.published import HEADROOM_CLOSED, render_result, with_headroom_closed
 from experiments.learned_report import main, parse_arm, report
 
@@ -130,6 +131,8 @@ def test_arms_are_named_compared_on_the_plans_own_k_and_averaged(tmp_path: Path)
     md = "\n".join(render_result("report", out))
     assert "| imitation | synth | test | all | k=5 m=4 M=24 T=6 B=16 | visual | 60 |" in md
     assert "0.150 [" in md and "| interpretable |" not in md
+    small = {"mean": 0.1, "lo": 0.0, "hi": 0.2, "n": 7, "interpretable": False}
+    assert published._fmt(small) == "0.100 [0.000, 0.200] (n=7: under 30)"  # a small test set says so
 
 
 def test_a_curve_in_another_render_mode_is_not_used(tmp_path: Path) -> None:

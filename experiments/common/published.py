@@ -72,7 +72,8 @@ def _fmt(v: Any) -> str:
     if isinstance(v, float):
         return f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
     if isinstance(v, Mapping) and {"mean", "lo", "hi"} <= set(v):
-        return f"{_fmt(v['mean'])} [{_fmt(v['lo'])}, {_fmt(v['hi'])}]"
+        small = f" (n={v.get('n')}: under 30)" if v.get("interpretable") is False else ""
+        return f"{_fmt(v['mean'])} [{_fmt(v['lo'])}, {_fmt(v['hi'])}]{small}"
     return str(v)
 
 

@@ -134,10 +134,14 @@ def controller_row(label: str, policy: str, seeds: Sequence[SeedRun], budget: st
         per_seed[key] = means
         metrics[key] = float(np.mean(means)) if all(m is not None for m in means) else None
     modes = {s.mode_of(policy, json.loads(budget)) for s, _ in played}
-    mode = modes.pop() if len(modes) == 1 else None
+    mode = next(iter(modes)) if len(modes) == 1 else None
     if policy != BASELINE:
-        if mode is None:
-            raise ValueError(f"{label}: its seeds were played in different render modes; compare like with like")
+        if None in modes:
+            raise ValueError(f"{label}: a run's breakdown.json does not say which render mode {policy} was played "
+                             f"in ({', '.join(str(s.path) for s, _ in played)})")
+        if len(modes) > 1:
+            raise ValueError(f"{label}: its seeds were played in different render modes ({sorted(modes)}); "
+                             "compare like with like")
         for key, metric, cost in DELTAS:
             qids = sorted(set.intersection(*({str(r["episode_id"]) for r in rows if row_values(r, metric) is not None
                                               and row_values(r, cost) is not None} for rows in per_seed_rows)))

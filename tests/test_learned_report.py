@@ -141,6 +141,9 @@ def test_a_curve_in_another_render_mode_is_not_used(tmp_path: Path) -> None:
     row = next(r for r in report([("imitation", [run])])["runs"] if r["policy"] == "imitation")
     assert row["render_mode"] == "text"
     assert row["metrics"]["delta_recall_at_equal_tokens"]["mean"] is None  # topk_page was only played visually
+    visual = _run(tmp_path, "visual", [_row("ppo", q, 0.7, 5000.0) for q in qs])
+    with pytest.raises(ValueError, match="different render modes"):
+        report([("imitation", [run, visual])])
 
 
 def test_cli_names_a_bad_arm_and_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -90,9 +90,9 @@ class SeedRun:
         return [r for r in self.rows if r["policy"] == policy and budget_key(r["budget"]) == budget
                 and not r.get("failed") and (keep is None or str(r["episode_id"]) in keep)]
 
-    def curve(self, budget: str, mode: str, keep: set[str] | None) -> dict[int, dict[str, dict[str, Any]]]:
-        """topk_page's rows per k in ``mode`` for the budget's other settings: the played plan's own topk_page
-        runs (episodes.jsonl) and the k the equal-cost curve added (topk_curve.jsonl)."""
+    def curve(self, budget: str, mode: str) -> dict[int, dict[str, dict[str, Any]]]:
+        """topk_page's rows per k and question in ``mode`` for the budget's other settings: the played plan's own
+        topk_page runs (episodes.jsonl) and the k the equal-cost curve added (topk_curve.jsonl)."""
         others = {k: v for k, v in json.loads(budget).items() if k != "k"}
         out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
         for r in self.rows + self.curve_rows:
@@ -100,7 +100,7 @@ class SeedRun:
             if r["policy"] != BASELINE or r.get("failed") or {k: v for k, v in b.items() if k != "k"} != others:
                 continue
             row_mode = r.get("render_mode") or self.mode_of(BASELINE, b)
-            if row_mode == mode and (keep is None or str(r["episode_id"]) in keep):
+            if row_mode == mode:
                 out[int(b["k"])][str(r["episode_id"])] = r
         return dict(out)
 
@@ -142,21 +142,21 @@ def controller_row(label: str, policy: str, seeds: Sequence[SeedRun], budget: st
         if len(modes) > 1:
             raise ValueError(f"{label}: its seeds were played in different render modes ({sorted(modes)}); "
                              "compare like with like")
+        curves = [s.curve(budget, mode) for s, _ in played]  # curve_arrays picks each delta's questions
+        by_q = [{str(r["episode_id"]): r for r in rows} for rows in per_seed_rows]
         for key, metric, cost in DELTAS:
             qids = sorted(set.intersection(*({str(r["episode_id"]) for r in rows if row_values(r, metric) is not None
                                               and row_values(r, cost) is not None} for rows in per_seed_rows)))
             arrays = []
-            for (s, _), rows in zip(played, per_seed_rows):
-                by_q = {str(r["episode_id"]): r for r in rows}
-                curve = s.curve(budget, mode, set(qids))
+            for curve, rows_q in zip(curves, by_q):
                 ks, cm, cc = curve_arrays({k: {q: {metric: row_values(r, metric), cost: row_values(r, cost)}
                                                for q, r in rows_k.items()} for k, rows_k in curve.items()},
                                           qids, metric, cost)
                 if not ks:
                     arrays = []
                     break
-                arrays.append(([row_values(by_q[q], metric) for q in qids], [row_values(by_q[q], cost) for q in qids],
-                               cm, cc))
+                arrays.append(([row_values(rows_q[q], metric) for q in qids],
+                               [row_values(rows_q[q], cost) for q in qids], cm, cc))
             d = delta_over_seeds(arrays, n_boot=n_boot, seed=seed) if arrays and qids else {
                 "mean": None, "lo": None, "hi": None, "n": len(qids), "interpretable": False}
             metrics[key] = {k: d[k] for k in ("mean", "lo", "hi", "n", "interpretable")}

@@ -10,7 +10,13 @@ Modes:
   its summary plus the page image; activated elements as summaries; opened
   elements with their full text (table markdown for tables) plus a crop for
   figures, charts and tables;
-- ``text``: the same XML, no images.
+- ``text`` (what a reader that takes no images gets): no images; an
+  activated page is sent as its own text instead of its summary (clipped at
+  ``max_opened_chars``, the reader's raw-text limit, like an opened element),
+  so page-level retrieval means the same in both modes. A page whose whole
+  text was sent is listed in ``page_text_ids``: for coverage it counts as a
+  page image would (:mod:`mage_gym.coverage`); a clipped or empty page text
+  is not listed, since the reader may not have received the evidence.
 
 Pruned nodes never appear. Document text is XML-escaped, so a document cannot
 forge markup. Images are referenced in the XML with ``<image ref="node_id"/>``
@@ -108,6 +114,7 @@ class _Fragment:
     image: RenderedImage | None = None
     image_tokens: int = 0
     node_id: str = ""
+    whole_text: bool = False  # an activated page whose whole text is in ``text`` (text mode)
 
 
 _FRAGMENTS = None
@@ -137,7 +144,9 @@ def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, 
     doc_attr = "" if doc is None else f' doc="{esc(doc)}"'
     frag = [f'<page id="{esc(page.node_id)}" index="{p}" number="{number}"{doc_attr}>\n']
     image, img_tok = None, 0
-    if activated:
+    if activated and not visual:
+        frag.append(f"<text>{esc(_clip(page.text, cfg.max_opened_chars))}</text>\n")
+    elif activated:
         frag.append(f"<summary>{esc(_clip(page.summary or page.text, cfg.max_summary_chars))}</summary>\n")
         if visual:
             w, h = _page_size_px(page, cfg)
@@ -146,8 +155,25 @@ def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, 
                                   width=w, height=h, _loader=_page_loader(graph, p, cfg))
             frag.append(f'<image ref="{esc(page.node_id)}" kind="page" width="{w}" height="{h}"/>\n')
     text = "".join(frag)
+    whole_text = activated and not visual and page_text_whole(page, cfg)
     # the page's own share of tokens includes its closing tag
-    return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok, page.node_id)
+    return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok, page.node_id,
+                     whole_text)
+
+
+def page_text_whole(page: Page, cfg: RenderConfig) -> bool:
+    """Does an activated page in ``text`` mode send its whole text (non-empty, within ``max_opened_chars``)?"""
+    return 0 < len(page.text) <= cfg.max_opened_chars
+
+
+def whole_text_pages(graph: EvidenceGraph, config: RenderConfig | dict | None = None) -> np.ndarray:
+    """bool [n_pages]: pages whose whole text an activated page node sends in ``text`` mode.
+
+    What :func:`mage_gym.coverage.state_masks` needs to apply the coverage
+    rule to a node-state table without rendering it (oracle, shaping).
+    """
+    cfg = RenderConfig.coerce(config)
+    return np.fromiter((page_text_whole(p, cfg) for p in graph.pages), dtype=bool, count=graph.n_pages)
 
 
 def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
@@ -199,6 +225,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
     shown_frags: list[_Fragment] = []
     opened_ids: list[str] = []
     page_image_ids: list[str] = []
+    page_text_ids: list[str] = []
     for k, p in enumerate(pages):
         on = page_on_l[p]
         frag = page_memo.get(2 * p + on)
@@ -209,6 +236,8 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
             shown_frags.append(frag)
             if frag.image is not None:
                 page_image_ids.append(frag.node_id)
+            elif frag.whole_text:
+                page_text_ids.append(frag.node_id)
         for i in range(cuts[k], cuts[k + 1]):
             j, opened = el_idx_l[i], el_opened[i]
             ef = el_memo.get(2 * j + opened)
@@ -227,7 +256,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
     xml = "".join(parts)
     return RenderedInput(
         question=question, xml=xml, images=images, mode=mode, node_ids=node_ids,
-        opened_ids=tuple(opened_ids), page_image_ids=tuple(page_image_ids),
+        opened_ids=tuple(opened_ids), page_image_ids=tuple(page_image_ids), page_text_ids=tuple(page_text_ids),
         text_tokens=text_tokens(xml) + text_tokens(question), image_tokens=image_total,
         node_tokens=node_tokens,
     )

@@ -149,10 +149,14 @@ def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg:
     executor = dict(cfg.get("executor") or {})
     if executor.get("name", "local") == "ray":  # same episodes and seeds on Ray actors (experiments/common/distributed)
         from experiments.common.distributed.episodes import play_on_ray
+        from mage_gym.env.env import effective_render_mode
 
         try:
-            return play_on_ray(name, opts, eps, {**dict(cfg), "env": env_cfg}, executor, policy=policy, seed=seed,
-                               trace_path=env_cfg.get("trace_path"), **play)
+            results, stats = play_on_ray(name, opts, eps, {**dict(cfg), "env": env_cfg}, executor, policy=policy,
+                                         seed=seed, trace_path=env_cfg.get("trace_path"), **play)
+            asked = (policy.render_mode if policy is not None else opts.get("render_mode")) or \
+                env_cfg.get("render_mode", "visual")
+            return results, {**stats, "render_mode": effective_render_mode(reader, asked)}
         finally:
             if policy is not None:
                 policy.close()
@@ -164,13 +168,14 @@ def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg:
     env = make_env(eps, {**dict(cfg), "env": env_cfg}, render_mode=policy.render_mode, reader=reader, max_graphs=8)
     if privileged:
         policy.bind(env)
+    mode = env.get_wrapper_attr("render_mode")  # what the reader really got (text when it takes no images)
     try:
         results = play_episodes(env, policy, eps, seed=seed, desc=f"{name} {budget_label(budget)}",
                                 progress=progress, **play)
     finally:
         env.close()
         policy.close()
-    return results, {**dict(policy.stats), "render_mode": policy.render_mode or env_cfg.get("render_mode", "visual")}
+    return results, {**dict(policy.stats), "render_mode": mode}
 
 
 def limited(episodes: Sequence[Any], opts: Mapping[str, Any]) -> list[Any]:

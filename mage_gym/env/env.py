@@ -21,6 +21,7 @@ the operations inside an LLM round reach them too).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -113,6 +114,26 @@ class RoundDecision:
         return asdict(self)
 
 
+def effective_render_mode(reader: Any, render_mode: str) -> str:
+    """The render mode the env really plays with ``reader``: ``text`` when the reader takes no images.
+
+    Why: a ``visual`` render sends page images, and the coverage rule counts a
+    page whose image was sent; a text-only reader (``vision=false``, any
+    causal LM) would drop the pixels and be credited with pages it never
+    saw. In ``text`` mode it gets each activated page's text instead.
+    """
+    return "text" if render_mode == "visual" and getattr(reader, "uses_images", True) is False else render_mode
+
+
+def reader_render_mode(reader: Any, render_mode: str) -> str:
+    """:func:`effective_render_mode`, with a warning when it differs from the mode asked for."""
+    mode = effective_render_mode(reader, render_mode)
+    if mode != render_mode:
+        warnings.warn(f"reader {getattr(reader, 'name', type(reader).__name__)!r} takes no images: the env renders "
+                      "in text mode (activated pages as their text), render_mode='text'", UserWarning, stacklevel=3)
+    return mode
+
+
 class MageRAGEnv(gym.Env):
     """An evidence controller grows and prunes a working subgraph of a document graph under a budget.
 
@@ -190,7 +211,8 @@ class MageRAGEnv(gym.Env):
       ``graph_kwargs`` go to :class:`LazyGraphProvider`), or a provider;
     - ``budget``: a :class:`Budget` or a mapping with k, m, M, T, B;
     - ``K``: candidate slots (default 64);
-    - ``render_mode``: ``visual`` (page images) or ``text``: the reader input;
+    - ``render_mode``: ``visual`` (page images) or ``text`` (page text): the
+      reader input; a reader that takes no images always gets ``text``;
     - ``reward``: a :class:`~mage_gym.reward.RewardConfig` or mapping;
     - ``reader``: ``"oracle"``, a reader name (options in ``reader_cfg``) or a Reader;
     - ``retriever``: a name (shared per process; options in ``retriever_cfg``)
@@ -242,6 +264,7 @@ class MageRAGEnv(gym.Env):
             raise ValueError(f"reward shaping is a wrapper now: use {_MOVED_TO_WRAPPERS['shaping']}")
         self.render_config = RenderConfig.coerce(render_config)
         self.reader = self._make_reader(reader, shortcuts.get("reader_cfg"))
+        self.render_mode = reader_render_mode(self.reader, render_mode)
         self.retrieval = EnvRetrieval(retriever, shortcuts.get("retriever_cfg"), query_fn)
         self.final_open_pass = bool(final_open_pass)
         self.privileged = bool(privileged)

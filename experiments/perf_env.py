@@ -67,7 +67,7 @@ def setup(pages: int, elements: int, encoder: str, n_questions: int = len(QUESTI
     """Graph, episodes and query function (all excluded from the timings)."""
     from mage_gym.data.episode import Episode
     from mage_gym.env import EnvEpisode
-    from mage_gym.env._synthetic import hash_query_fn, make_large_graph
+    from mage_gym.bench.synthetic import hash_query_fn, make_large_graph
 
     graph = make_large_graph(pages, elements)
     episodes = [EnvEpisode(Episode(episode_id=f"q{i}", benchmark="synth", doc_id=graph.doc_id, source="<synthetic>",

@@ -16,7 +16,7 @@ run). Measured, as medians of ``--repeats`` runs (union build) or of
 * ``fill_slots`` on the state after a reset;
 * ``MageRAGEnv.reset`` on a :class:`~mage_gym.env.episodes.PairProvider` of
   (Episode, graph, gold) pairs, the union's gold mapped with
-  ``UnionGraph.remap_gold``: cold (a question new to the graph: retrieval
+  ``mage_gym.data.gold.remap_gold``: cold (a question new to the graph: retrieval
   scoring included) and warm (seen before), union and single interleaved; the
   ratio of the medians is the issue's figure.
 
@@ -99,7 +99,7 @@ def main() -> None:
     ap.add_argument("--out", type=str, default="outputs/perf_union")
     args = ap.parse_args()
 
-    from mage_gym.data.gold import resolve_gold
+    from mage_gym.data.gold import remap_gold, resolve_gold
     from mage_gym.data.synth import load_synth
     from mage_gym.env import EnvEpisode, MageRAGEnv, PairProvider
     from mage_gym.env.candidates import fill_slots
@@ -131,7 +131,7 @@ def main() -> None:
     # the same questions on both graphs; union episodes carry A's gold mapped onto the union
     single_pairs = [EnvEpisode(ep, a, resolve_gold(ep, a)) for ep in questions_a]
     union_pairs = [EnvEpisode(replace(ep, episode_id=f"u:{ep.episode_id}", doc_id=union.doc_id), union,
-                              union.remap_gold(a.doc_id, resolve_gold(ep, a))) for ep in questions_a]
+                              remap_gold(union, a.doc_id, resolve_gold(ep, a))) for ep in questions_a]
     samples = list(range(len(questions_a))) * args.rounds  # each question cold ``rounds`` times
 
     # relevance: the first call per graph builds the retriever indexes (BM25, dense); then a new question

@@ -15,7 +15,7 @@ from mage_gym.coverage import cover, state_masks
 from mage_gym.data.episode import Episode, Region
 from mage_gym.data.gold import GoldEvidence, resolve_gold
 from mage_gym.env import MageRAGEnv, Op, encode_action
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.render import RenderConfig, render, whole_text_pages
 from mage_gym.testing import make_toy_graph
 

@@ -17,7 +17,7 @@ import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import NUMERIC_KEYS, EnvEpisode, PrivilegedAccessError
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
 from mage_gym.testing import make_toy_graph
 from policies.dagger import DaggerConfig, aggregate, collect_round, on_policy_agreement, run_dagger

@@ -7,7 +7,7 @@ import numpy as np
 from gymnasium.utils.env_checker import check_env
 
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import EnvEpisode
 from mage_gym.env.observation import NUMERIC_KEYS
 from mage_gym.graph.union import UnionGraph

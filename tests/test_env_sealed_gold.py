@@ -20,7 +20,7 @@ import mage_gym
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import EnvEpisode, PrivilegedAccessError, PrivilegedView
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import Gold
 from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
 from mage_gym.testing import make_toy_graph

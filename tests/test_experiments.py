@@ -27,7 +27,7 @@ from experiments.common.metrics import METRIC_KEYS
 from experiments.common.training import split_episodes, train
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import make_toy_graph
 
 REPO = Path(__file__).resolve().parents[1]

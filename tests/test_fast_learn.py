@@ -8,7 +8,7 @@ import pytest
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from experiments.common.fast_learn import learn, unchecked_distributions
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import toy_quote_pairs
 
 torch = pytest.importorskip("torch")

@@ -34,7 +34,7 @@ from experiments.common import results as R  # noqa: E402
 from experiments.common.benchmarking import benchmark  # noqa: E402
 from experiments.common.config import plain  # noqa: E402
 from mage_gym.env import EnvEpisode  # noqa: E402
-from mage_gym.env._synthetic import hash_query_fn  # noqa: E402
+from mage_gym.testing import hash_query_fn  # noqa: E402
 from mage_gym.readers import ReaderConfigError, error_kind, get_reader  # noqa: E402
 from mage_gym.readers.base import RenderedImage, RenderedInput  # noqa: E402
 from mage_gym.readers.prompt import ROLE as READER_ROLE  # noqa: E402

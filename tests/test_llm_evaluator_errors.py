@@ -6,7 +6,7 @@ import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.readers.errors import (BackendFailureRateError, ReaderConfigError, ReaderError, ReaderRequestError,
                                      ReaderUnavailableError, error_kind)
 from mage_gym.testing import toy_quote_pairs

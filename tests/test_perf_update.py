@@ -7,7 +7,7 @@ import torch
 
 from experiments.perf_update import gemm_rate, matmul_flops, profiled_split, update_cost
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import toy_quote_pairs
 
 

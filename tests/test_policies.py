@@ -8,7 +8,7 @@ import pytest
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from mage_gym.data.episode import Episode
 from mage_gym.env import ActionLayout, EnvEpisode, Op, RoundDecision, decode_action
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import make_toy_graph
 from policies import POLICIES, get_policy
 from policies.base import EnvInfo, Policy

@@ -10,7 +10,7 @@ import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 import policies.ppo as ppo
 from mage_gym.data.episode import Episode
 from mage_gym.env import NODE_FEATURES, NUMERIC_KEYS, EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.graph.store import GRAPH_VERSION
 from mage_gym.testing import make_toy_graph
 from policies import get_policy

@@ -25,7 +25,8 @@ from pathlib import Path
 import pytest
 
 from mage_gym.data.episode import Episode
-from mage_gym.env import Budget, make_env
+from mage_gym import make_env
+from mage_gym.env import Budget
 from mage_gym.report import trace_path
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend

@@ -17,7 +17,7 @@ import pytest
 from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
 from mage_gym.data.episode import Episode
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import EnvEpisode
 from mage_gym.graph.union import union_graph
 from mage_gym.readers.base import ReaderOutput, RenderedInput

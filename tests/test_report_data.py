@@ -15,7 +15,7 @@ import pytest
 
 from mage_gym.data.episode import Episode
 from mage_gym.env import Budget, EnvEpisode, MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, make_large_graph
+from mage_gym.testing import hash_query_fn, make_large_graph
 from mage_gym.readers.base import ReaderOutput, RenderedInput
 from mage_gym.report import (
     ImageOptions, RunDirError, TraceEpisode, TraceFormatError, build_report_data, read_trace_file, replay_states,
@@ -281,7 +281,7 @@ def test_image_writer_renders_real_pdf_pages_downscaled(tmp_path):
     import pymupdf
 
     from mage_gym.graph.schema import DocumentSource
-    from mage_gym.report.data import DocView
+    from mage_gym.report.records import DocView
     from mage_gym.testing import make_toy_graph
     from PIL import Image
 

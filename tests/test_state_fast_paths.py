@@ -12,7 +12,7 @@ import pytest
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode, MageRAGEnv
 from mage_gym.env import candidates as C
-from mage_gym.env._synthetic import hash_query_fn, make_large_graph
+from mage_gym.testing import hash_query_fn, make_large_graph
 from mage_gym.env.actions import action_mask, check_operation, decode_action
 from mage_gym.env.observation import question_features
 from mage_gym.env.search import _node_search

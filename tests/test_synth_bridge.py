@@ -64,7 +64,7 @@ def layouts(corpus: Path) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def checked(corpus: Path):  # noqa: ANN201
     """(per-question results, summary) of the bridge check on fast-parser graphs."""
-    from mage_gym.data.synth.bridge_check import check_bridges
+    from mage_gym.bench.bridge_check import check_bridges
 
     return check_bridges(corpus, parser="fast", k=K)
 

@@ -11,7 +11,7 @@ import pytest
 
 import mage_gym  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import OBSERVATION_KEYS, MageRAGEnv, PrivilegedAccessError, RoundDecision
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.env.episodes import SealedEpisodes
 from mage_gym.trace import TRACE_FORMAT, load_traces, replay
 from mage_gym.wrappers import PotentialShaping, TextViewInfo, TraceRecording

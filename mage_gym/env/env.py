@@ -231,7 +231,7 @@ class MageRAGEnv(gym.Env):
     Traces, the text view in ``info`` and shaping are wrappers
     (:mod:`mage_gym.wrappers`); ``gym.make("MageRAG-v0", ...)`` applies them
     for the keywords ``trace_path`` / ``record_trace``, ``text_view_in_info``
-    and ``shaping`` (:mod:`mage_gym.env.factory`).
+    and ``shaping`` (:mod:`mage_gym.make`).
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}

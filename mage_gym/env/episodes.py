@@ -207,15 +207,14 @@ def _turn_resolver(parts: Sequence[Episode], graphs: Sequence[EvidenceGraph], gr
     """Gold of one turn: each document's part resolved on that document's graph, mapped onto ``graph``."""
 
     def resolve() -> GoldEvidence:
-        from mage_gym.data.gold import assemble_gold, resolve_gold
+        from mage_gym.data.gold import merge_gold, remap_gold, resolve_gold
 
         pieces = []
         for part in parts:
             j = doc_index[part.doc_id]
             ev = resolve_gold(part, graphs[j])
-            pieces.append(graph.remap_gold(j, ev) if graph is not graphs[j] else ev)  # type: ignore[attr-defined]
-        return assemble_gold((nodes, page, is_page) for ev in pieces
-                             for nodes, page, is_page in zip(ev.items, ev.item_pages, ev.item_is_page))
+            pieces.append(remap_gold(graph, j, ev) if graph is not graphs[j] else ev)  # type: ignore[arg-type]
+        return merge_gold(pieces)
 
     return resolve
 

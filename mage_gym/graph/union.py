@@ -19,7 +19,7 @@ cross-document code path. What changes is bookkeeping, kept here:
 * pixels come from the right document: :meth:`UnionGraph.page_image` and
   :meth:`UnionGraph.crop` render the member's source at its local page;
 * gold is resolved per document on the member graph (every single-document
-  rule applies unchanged) and mapped with :meth:`UnionGraph.remap_gold`.
+  rule applies unchanged) and mapped with :func:`mage_gym.data.gold.remap_gold`.
 
 Unions are cached per document set: in memory (LRU keyed by the members'
 digests and the edge settings; a hit returns the same object, so the per-graph
@@ -33,7 +33,7 @@ import json
 import logging
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
@@ -46,8 +46,6 @@ from mage_gym.graph.schema import EDGE_KINDS, DocumentSource, Element, Page
 
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
-
-    from mage_gym.data.gold import GoldEvidence
 
 log = logging.getLogger(__name__)
 
@@ -157,31 +155,6 @@ class UnionGraph(EvidenceGraph):
         d = self.span(doc)
         return np.concatenate([np.arange(d.page_offset, d.page_offset + d.n_pages, dtype=np.intp),
                                np.arange(d.n_elements, dtype=np.intp) + self.n_pages + d.element_offset])
-
-    # --- gold ------------------------------------------------------------------
-
-    def remap_gold(self, doc: int | str, gold: "GoldEvidence") -> "GoldEvidence":
-        """A document's gold, resolved on its own graph, moved onto union node indices and page numbers."""
-        from mage_gym.data.gold import GoldEvidence, assemble_gold
-
-        if not gold.items:
-            return GoldEvidence()
-        d = self.span(doc)
-        nmap = self.node_map(doc)
-        n_member = d.n_pages + d.n_elements
-        items = []
-        for nodes, page, is_page in zip(gold.items, gold.item_pages, gold.item_is_page):
-            if any(not 0 <= int(v) < n_member for v in nodes):
-                raise ValueError(f"gold node out of range for {d.doc_id!r} ({n_member} nodes): {nodes}")
-            items.append((tuple(int(nmap[v]) for v in nodes), d.page_offset + int(page), bool(is_page)))
-        return assemble_gold(items)
-
-    def merge_gold(self, golds: Sequence["GoldEvidence"]) -> "GoldEvidence":
-        """One gold from several golds already on this union (e.g. each document's, from :meth:`remap_gold`)."""
-        from mage_gym.data.gold import assemble_gold
-
-        return assemble_gold((nodes, page, is_page) for g in golds
-                             for nodes, page, is_page in zip(g.items, g.item_pages, g.item_is_page))
 
     # --- pixels: from the member's source at its local page ------------------------
 

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from mage_gym.report.data import ReportData, TraceEpisode, build_report_data, read_trace_file
+from mage_gym.report.data import ReportData, build_report_data
+from mage_gym.report.records import TraceEpisode, read_trace_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from mage_gym.data.composite import AnyEpisode, CompositeEpisode

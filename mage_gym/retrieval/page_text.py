@@ -235,7 +235,7 @@ def encoder_for_graph(graph: EvidenceGraph) -> TextEncoder:
     model = str(graph.meta.get("embed_model", "") or "")
     m = re.fullmatch(r"hashing-bow-(\d+)", model)
     if m:
-        from mage_gym.testing import HashingEncoder
+        from mage_gym.graph.hashing import HashingEncoder
 
         return HashingEncoder(int(m.group(1)))
     from mage_gym.graph.embed import get_encoder

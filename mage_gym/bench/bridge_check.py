@@ -15,7 +15,7 @@ For each bridge question of a generated corpus (graphs built with a parser,
   the document's pages (other than hop 1's) that the same neighbourhood
   reaches.
 
-Run ``python -m mage_gym.data.synth.bridge_check <corpus> [--k 5] [--docs N]``
+Run ``python -m mage_gym.bench.bridge_check <corpus> [--k 5] [--docs N]``
 for a JSON report; tests call :func:`check_bridges` on small corpora.
 """
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Synthetic graphs and a model-free text encoder for env tests and the performance script.
+"""Synthetic workloads: a long report-shaped graph and a model-free query encoder (speed scripts, tests).
 
 Why: the environment's speed and memory targets are about a 500-page
 document, and its unit tests must run without PDFs or the MiniLM model. A
@@ -143,31 +143,3 @@ def make_large_graph(n_pages: int = 500, elements_per_page: int = 30, dim: int =
         edge_weight=np.ones(sum(len(s) for s in src), dtype=np.float32), edge_label=labels,
         page_vectors=page_vecs, element_vectors=el_vecs, meta={"parser": "synthetic", "version": "synthetic"},
     )
-
-
-def toy_episodes(n_pages: int = 8, elements_per_page: int = 5, dim: int = 16, seed: int = 0) -> list:
-    """Four episodes over one :func:`mage_gym.testing.make_toy_graph` graph, one per kind of gold.
-
-    ``elem`` (element-level gold by node id), ``page`` (page-level gold),
-    ``region`` (a gold box on a page) and ``unans`` (unanswerable). Use with
-    ``query_fn=hash_query_fn(dim)``.
-    """
-    from mage_gym.data.episode import Episode, Region
-    from mage_gym.env.episodes import EnvEpisode
-    from mage_gym.testing import make_toy_graph
-
-    g = make_toy_graph(n_pages=n_pages, elements_per_page=elements_per_page, dim=dim, seed=seed)
-    last = n_pages - 1
-    box = g.elements_of_page(last)[1].bbox
-    common = dict(benchmark="mmlongbench", doc_id=g.doc_id, source="<toy>")
-    eps = [
-        Episode(episode_id="elem", question="Which chart shows revenue growth?", answer="12", answer_format="Int",
-                evidence_pages=(n_pages // 2,), gold_node_ids=(f"{g.doc_id}:p{n_pages // 2}:e2",), **common),
-        Episode(episode_id="page", question="What is the asia risk margin?", answer="low", answer_format="Str",
-                evidence_pages=(3,), **common),
-        Episode(episode_id="region", question="How many employees in europe?", answer="40", answer_format="Int",
-                evidence_pages=(last,), evidence_regions=(Region(page=last, bbox=box),), **common),
-        Episode(episode_id="unans", question="What is the profit table total?", answer="Not answerable",
-                answer_format="None", answerable=False, **common),
-    ]
-    return [EnvEpisode(ep, g) for ep in eps]

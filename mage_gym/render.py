@@ -117,25 +117,18 @@ class _Fragment:
     whole_text: bool = False  # an activated page whose whole text is in ``text`` (text mode)
 
 
-_FRAGMENTS = None
+def _fragment_memo(memo: dict | None, visual: bool, cfg: RenderConfig) -> tuple[dict, dict]:
+    """The (pages, elements) fragment dicts of ``memo`` for (mode, config); fresh ones when there is no memo.
 
-
-def _fragment_cache(graph: EvidenceGraph, visual: bool, cfg: RenderConfig) -> tuple[dict, dict]:
-    """Per-graph memo of node fragments: node text is static, so each is built once per process.
-
-    One (pages, elements) pair of dicts per (mode, config), keyed by ``2 * index + state bit``
-    (activated / opened): int keys, so a render does not hash the config once per node.
+    Keyed by ``2 * index + state bit`` (activated / opened): int keys, so a
+    render does not hash the config once per node.
     """
-    global _FRAGMENTS
-    if _FRAGMENTS is None:
-        from mage_gym.retrieval.cache import GraphIndexCache
-
-        _FRAGMENTS = GraphIndexCache(max_graphs=8)
-    per_graph = _FRAGMENTS.get(graph, lambda g: {})
-    memo = per_graph.get((visual, cfg))
     if memo is None:
-        memo = per_graph[(visual, cfg)] = ({}, {})
-    return memo
+        return {}, {}
+    pair = memo.get((visual, cfg))
+    if pair is None:
+        pair = memo.setdefault((visual, cfg), ({}, {}))
+    return pair
 
 
 def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
@@ -197,8 +190,15 @@ def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, visual: bool, 
 
 
 def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str = "",
-           config: RenderConfig | dict | None = None) -> RenderedInput:
-    """Render the working subgraph of ``state`` (an ``EvidenceState`` or its node-state array)."""
+           config: RenderConfig | dict | None = None, memo: dict | None = None) -> RenderedInput:
+    """Render the working subgraph of ``state`` (an ``EvidenceState`` or its node-state array).
+
+    ``memo``: a dict the caller keeps for ``graph`` (and only for it), where
+    node fragments are remembered across renders. Node text is static, so a
+    fragment is a pure function of (graph, node, state bit, mode, config):
+    a memo saves work and never changes the output. The env passes one kept
+    on its graph index; without one, every fragment is built afresh.
+    """
     if mode not in RENDER_MODES:
         raise ValueError(f"unknown render mode {mode!r}; expected one of {RENDER_MODES}")
     cfg = RenderConfig.coerce(config)
@@ -207,7 +207,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
         raise ValueError(f"node-state table has shape {st.shape}; graph has {graph.n_nodes} nodes")
     n_pages = graph.n_pages
     visual = mode == "visual"
-    page_memo, el_memo = _fragment_cache(graph, visual, cfg)
+    page_memo, el_memo = _fragment_memo(memo, visual, cfg)
     page_on = st[:n_pages] == _ACTIVATED
     el_idx = ((st[n_pages:] == _ACTIVATED) | (st[n_pages:] == _OPENED)).nonzero()[0]
     el_page = graph.node_page[el_idx + n_pages]

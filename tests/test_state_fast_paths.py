@@ -129,7 +129,7 @@ def test_slot_search_is_cached_per_relevance_and_node() -> None:
     query, scores = env.retrieval.search(gi, rel, node, None, False)
     assert query is first.query
     got = scores()
-    assert got is scores() and np.array_equal(got, search_page_scores(gi.graph, retriever, query))
+    assert got is scores() and np.array_equal(got, search_page_scores(gi, retriever, query))
     other = env.retrieval.relevance(gi.graph, "a different question entirely")
     assert _node_search(retriever, gi, other, node) is not first
 

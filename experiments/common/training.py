@@ -233,8 +233,8 @@ def reserve_training_caches(n_graphs: int, n_questions: int) -> None:
     rollout time on the real mix). Caches are pure functions of their keys:
     nothing a policy sees changes.
     """
+    from mage_gym.cache import reserve_graphs
     from mage_gym.env.relevance import reserve_questions
-    from mage_gym.retrieval.cache import reserve_graphs
 
     reserve_graphs(2 * n_graphs)  # each graph and its page-only view (SearchEvidence scores pages on the view)
     reserve_questions(n_questions)

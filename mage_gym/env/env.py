@@ -114,6 +114,11 @@ class RoundDecision:
         return asdict(self)
 
 
+def _fragment_memo(gi: GraphIndex) -> dict:
+    """The renderer's node-fragment memo for the index's graph (kept on the index: it lives and dies with it)."""
+    return gi.derived("render.fragments", lambda _: {})
+
+
 def effective_render_mode(reader: Any, render_mode: str) -> str:
     """The render mode the env really plays with ``reader``: ``text`` when the reader takes no images.
 
@@ -480,7 +485,9 @@ class MageRAGEnv(gym.Env):
 
     def render(self) -> RenderedInput:
         """The reader input the current working subgraph would give (images stay lazy)."""
-        return render(self.graph, self._require(), self.render_mode, self.question, self.render_config)
+        state = self._require()
+        return render(state.gi.graph, state, self.render_mode, self.question, self.render_config,
+                      _fragment_memo(state.gi))
 
     def close(self) -> None:
         self.state = None
@@ -661,7 +668,7 @@ class MageRAGEnv(gym.Env):
         assert conv is not None
         question, gold = loaded.turn(conv.turn)
         asked = reader_question(conv.history(), question)  # a follow-up comes with the earlier turns
-        rendered = render(graph, state, self.render_mode, asked, self.render_config)
+        rendered = render(graph, state, self.render_mode, asked, self.render_config, _fragment_memo(state.gi))
         out: ReaderOutput = self.reader.read(rendered)
         state.counters.reader_calls += 1
         outcome = score_episode(graph, gold, rendered, out, bool(self.reader.answers), state.counters,

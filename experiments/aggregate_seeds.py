@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common.equal_cost import DELTAS
+from mage_gym.bench.equal_cost import DELTAS
 
 MEAN_METRICS = ("reward", "support", "evidence_page_recall", "evidence_all_covered", "tokens_rendered",
                 "pages_rendered")

@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.common.results import write_json
+from mage_gym.bench.results import write_json
 
 
 def recall_at(scores: np.ndarray, gold: set[int], k: int) -> float:

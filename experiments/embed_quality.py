@@ -100,7 +100,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common.results import write_json
+from mage_gym.bench.results import write_json
 
 KS = (1, 3, 5, 10)
 SPLITS = ("train", "val", "test")
@@ -724,7 +724,7 @@ def issue_bar(runs: list[dict[str, Any]], split: str = "test", fused: str = "hyb
     plain comparison of means; the interval says how much a miss or a pass
     could be question sampling).
     """
-    from experiments.common.equal_cost import paired_delta
+    from mage_gym.bench.equal_cost import paired_delta
 
     r5 = {(r["dataset"], r["channel"]): r["metrics"]["R@5"] for r in runs
           if r["split"] == split and r["channel"] is not None}
@@ -746,7 +746,7 @@ def issue_bar(runs: list[dict[str, Any]], split: str = "test", fused: str = "hyb
 
 def _delta_text(b: dict[str, Any]) -> str:
     """``; delta vs <rival> mean [lo, hi] over n q.`` of one bar check (empty without a delta)."""
-    from experiments.common.equal_cost import MIN_QUESTIONS
+    from mage_gym.bench.equal_cost import MIN_QUESTIONS
 
     d = b.get("delta")
     if not d or d["mean"] is None:

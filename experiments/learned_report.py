@@ -10,7 +10,7 @@ benchmark played them, and each arm as the mean over its seeds. Each delta
 against topk_page is recomputed from the runs' own per-question rows, in the
 render mode the policy was played in and against topk_page's curve in that
 same mode, as the mean over seeds of each seed's delta with one 95 %
-interval over questions (:func:`experiments.common.equal_cost.delta_over_seeds`).
+interval over questions (:func:`mage_gym.bench.equal_cost.delta_over_seeds`).
 With ``--episodes`` the rows are also split by hop count (``bridge``: two-hop
 questions; ``single_hop``: the rest), read from the dataset's episodes file,
 which no policy sees.
@@ -23,7 +23,7 @@ Run (from the repo root), after one benchmark per seed and arm on the same test 
 Rows' ``metrics``: means over seeds of ``reward``, ``support``,
 ``evidence_page_recall``, ``evidence_all_covered``, ``tokens_rendered``,
 ``pages_rendered`` (recall on questions with gold), and for every key of
-:data:`~experiments.common.equal_cost.DELTAS` a ``{"mean", "lo", "hi", "n",
+:data:`~mage_gym.bench.equal_cost.DELTAS` a ``{"mean", "lo", "hi", "n",
 "interpretable"}`` cell; each row also keeps the per-seed deltas under
 ``per_seed`` and the checkpoints it played.
 """
@@ -38,8 +38,8 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from experiments.common.equal_cost import BASELINE, DELTAS, curve_arrays, delta_over_seeds, row_values
-from experiments.common.results import budget_label
+from mage_gym.bench.equal_cost import BASELINE, DELTAS, curve_arrays, delta_over_seeds, row_values
+from mage_gym.bench.results import budget_label
 from mage_gym.data.io import load_episodes
 
 #: per-episode means reported for every row (recall-type metrics over questions with gold only)

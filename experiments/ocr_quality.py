@@ -32,7 +32,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from experiments.common.results import write_json
+from mage_gym.bench.results import write_json
 from mage_gym.data.io import data_root
 
 DEFAULT_PDFS = ["financebench-dev/pdfs/NIKE_2021_10K.pdf", "mmlongbench-dev/documents/2312.09390v1.pdf",

@@ -36,7 +36,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 from tqdm import tqdm
 
-from experiments.common.config import check_parser, exit_on_config_error
+from mage_gym.bench.config import check_parser, exit_on_config_error
 from mage_gym.data.io import data_root as default_data_root
 from mage_gym.graph.errors import DocumentError
 from mage_gym.graph.parsers import get_parser

@@ -331,7 +331,7 @@ def main() -> None:
     results["memory"] = mem
     print(f"memory: graph {mem['graph_mb']:.0f} MB, first env {mem['first_env_mb']:.1f} MB, "
           f"each additional env {mem['per_additional_env_mb']:.2f} MB ({mem['envs']} envs)")
-    from experiments.common.results import write_json
+    from mage_gym.bench.results import write_json
 
     print(f"wrote {write_json(Path(args.out) / 'results.json', results)}")
 

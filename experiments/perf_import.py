@@ -114,7 +114,7 @@ def main() -> None:
     print(f"import + load cached graph ({results['graph']['pages']} pages, {results['graph']['elements']} elements, "
           f"{results['graph']['edges']} edges): {results['graph_load_ms']:.1f} ms; "
           f"heavy imports: {results['heavy_imports'] or 'none'}")
-    from experiments.common.results import write_json
+    from mage_gym.bench.results import write_json
 
     print(f"wrote {write_json(Path(args.out) / 'results.json', results)}")
 

@@ -45,7 +45,7 @@ STORE = 100 * 1024 * 1024
 def bench_cfg(corpus: Path) -> dict[str, Any]:
     from hydra import compose, initialize_config_dir
 
-    from experiments.common.config import plain
+    from mage_gym.bench.config import plain
 
     overrides = ["dataset=synth", f"dataset.root={corpus}", "policies=[topk_page,heuristic]", "retriever=bm25",
                  "logger=none", "env.K=16", "env.parser=fast", "graph_workers=1", "traces=false"]
@@ -54,7 +54,7 @@ def bench_cfg(corpus: Path) -> dict[str, Any]:
 
 
 def timed_build(files: list[str], cache: Path, workers: int, executor: dict | None) -> tuple[float, dict]:
-    from experiments.common.corpus import build_corpus
+    from mage_gym.bench.corpus import build_corpus
 
     cfg: dict[str, Any] = {"files": files, "parser": "fast", "workers": workers, "cache_dir": str(cache)}
     if executor:
@@ -73,10 +73,11 @@ def rows(out: Path) -> list[dict]:
 
 
 def timed_benchmark(cfg: dict, out: Path) -> float:
-    from experiments.common.benchmarking import benchmark
+    from mage_gym.bench.benchmark import benchmark
+    from policies import REGISTRY
 
     t0 = time.perf_counter()
-    benchmark(cfg, out)
+    benchmark(cfg, out, registry=REGISTRY)
     return time.perf_counter() - t0
 
 
@@ -123,7 +124,7 @@ def main() -> None:
     import ray
     from ray.cluster_utils import Cluster
 
-    from experiments.common.distributed.episodes import release_actors
+    from mage_gym.bench.distributed.episodes import release_actors
     from mage_gym.data.synth import SynthConfig, generate_corpus
 
     work = Path(tempfile.mkdtemp(prefix="perf_ray_"))
@@ -173,7 +174,7 @@ def main() -> None:
                     "policies": ["topk_page", "heuristic"], "parser": "fast", "cpus": os.cpu_count(),
                     "load_average": os.getloadavg(), "python": platform.python_version(), "ray": ray.__version__,
                     "records_equal_local": True, "graph_hashes_equal_local": True}
-    from experiments.common.results import write_json
+    from mage_gym.bench.results import write_json
 
     out = write_json(args.out / "results.json", res)
     print(json.dumps(res, indent=1))

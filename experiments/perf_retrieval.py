@@ -161,7 +161,7 @@ def main() -> None:
         print(f"MiniLM load {results['encoder_load_s']:.2f} s; encode question "
               f"{results['encode_question_ms_median']:.2f} ms; encode question+node text "
               f"{results['encode_search_query_ms_median']:.2f} ms (median)")
-    from experiments.common.results import write_json
+    from mage_gym.bench.results import write_json
 
     print(f"wrote {write_json(Path(args.out) / 'results.json', results)}")
 

@@ -17,7 +17,7 @@ corpus, with the same seed and step count. A setting is
   their library defaults (a few graphs, 128 questions), so most resets on a
   corpus larger than that rebuilt retriever indexes and re-scored the question;
 * ``after`` (``--after``, default ``dummy:8``): train.py's envs now
-  (:func:`~experiments.common.training.training_env_factory`: the envs of a
+  (:func:`~policies.training.recipe.training_env_factory`: the envs of a
   process share one provider, caches sized for the corpus), its default eight
   envs x 128 steps in this process (``train.vec_env=dummy``; the policy
   forward batched over them): the same 1,024 samples per update as
@@ -76,7 +76,7 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from experiments.common.train_corpora import compose, corpus_episodes
+from policies.training.corpora import compose, corpus_episodes
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -178,7 +178,7 @@ def measure_tree(tree: Path, cache: Path, spec: str, steps: int, torch_threads: 
 def _measure_child(queue, cfg, train_eps, val_eps, kind, n_envs, steps, legacy, torch_threads, warm) -> None:
     import traceback
 
-    from experiments.common.config import quiet_libraries, set_threads
+    from mage_gym.bench.config import quiet_libraries, set_threads
 
     try:
         quiet_libraries()
@@ -192,16 +192,16 @@ def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], ki
             steps: int, legacy: bool = False, warm: bool = False) -> dict[str, Any]:
     """One setting: build the envs and a fresh model, time ``learn(steps)``, then validate (untimed).
 
-    ``legacy``: train.py's envs before :func:`~experiments.common.training.training_env_factory` (a provider per
+    ``legacy``: train.py's envs before :func:`~policies.training.recipe.training_env_factory` (a provider per
     env, so a graph copy per env, and caches at their library defaults) and plain ``learn``. ``warm``: then a
     second timed ``learn(steps)`` on the same model (``row["warm"]``).
     """
     from stable_baselines3.common.monitor import Monitor
 
-    from experiments.common.envs import make_env
-    from experiments.common.policy_options import policy_options
-    from experiments.common.train_corpora import training_setup
-    from experiments.common.training import LEARNER, VAL_SEED, evaluate, make_vec_env, training_env_factory
+    from mage_gym.bench.envs import make_env
+    from mage_gym.bench.policy_options import policy_options
+    from policies.training.corpora import training_setup
+    from policies.training.recipe import LEARNER, VAL_SEED, evaluate, make_vec_env, training_env_factory
     from policies.ppo import build_model
 
     tc, env_cfg = cfg["train"], cfg["env"]
@@ -249,11 +249,11 @@ def print_row(label: str, row: Mapping[str, Any]) -> None:
 
 
 def timed_learn(model: Any, steps: int, fast: bool, cfg: Mapping[str, Any], reset: bool = True) -> dict[str, Any]:
-    """:func:`experiments.common.learn_timer.timed_learn` of ``learn`` as train.py runs it now (``fast``:
-    :func:`experiments.common.fast_learn.learn`) or plain ``model.learn`` (the legacy path)."""
-    from experiments.common.fast_learn import learn as fast_learn
-    from experiments.common.learn_timer import plain_learn
-    from experiments.common.learn_timer import timed_learn as timed
+    """:func:`policies.training.learn_timer.timed_learn` of ``learn`` as train.py runs it now (``fast``:
+    :func:`policies.training.fast_learn.learn`) or plain ``model.learn`` (the legacy path)."""
+    from policies.training.fast_learn import learn as fast_learn
+    from policies.training.learn_timer import plain_learn
+    from policies.training.learn_timer import timed_learn as timed
 
     def learn_fast(m: Any, n: int, callback: Any, reset_num_timesteps: bool) -> Any:
         return fast_learn(m, n, callback, update_threads=cfg["train"].get("update_threads"),
@@ -295,8 +295,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         extra = tuple(split_setting(spec)[1])
         if extra and extra not in extra_cfgs:
             extra_cfgs[extra] = compose([*base_overrides, *extra])
-    from experiments.common.config import quiet_libraries, set_threads
-    from experiments.common.results import write_json
+    from mage_gym.bench.config import quiet_libraries, set_threads
+    from mage_gym.bench.results import write_json
     from mage_gym.paths import cache_root
 
     quiet_libraries()

@@ -14,7 +14,7 @@ then: one episode provider per env, caches at their library defaults, SB3's
 
 It prints one JSON object (the same row fields as ``perf_train.measure``)
 as its last stdout line. Its timer is this tree's
-:mod:`experiments.common.learn_timer` (loaded by path), the one
+:mod:`policies.training.learn_timer` (loaded by path), the one
 ``perf_train.py`` uses for this tree too, so both sides are timed alike. Run by ``perf_train.py``; by hand::
 
     git archive e7c6e2b | tar -x -C /tmp/tree_old
@@ -31,7 +31,7 @@ from typing import Any, Sequence
 
 
 def _learn_timer() -> Any:
-    """This tree's :mod:`experiments.common.learn_timer`, loaded by file path.
+    """This tree's :mod:`policies.training.learn_timer`, loaded by file path.
 
     The ``experiments`` package importable here is the *other* tree's, so
     an import statement would find that tree's copy (or none); the file
@@ -72,10 +72,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from experiments.common.config import plain, quiet_libraries
-    from experiments.common.envs import make_env
-    from experiments.common.episodes import episode_of, load_episodes, prepare_graphs
-    from experiments.common.training import evaluate, shaping_kwargs
+    from mage_gym.bench.config import plain, quiet_libraries
+    from mage_gym.bench.envs import make_env
+    from mage_gym.bench.episodes import episode_of, load_episodes, prepare_graphs
+    from policies.training.recipe import evaluate, shaping_kwargs
     from policies.ppo import build_model
 
     quiet_libraries()

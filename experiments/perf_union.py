@@ -216,7 +216,7 @@ def main() -> None:
     print("union / single: " + ", ".join(f"{k} {v:.2f}x" for k, v in results["ratio_union_over_single"].items())
           + f"  (within 5x: {results['within_5x']})")
     print(f"load average while measuring: {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
-    from experiments.common.results import write_json
+    from mage_gym.bench.results import write_json
 
     print(f"wrote {write_json(Path(args.out) / 'results.json', results)}")
 

@@ -139,7 +139,7 @@ def update_cost(model: Any, threads: int, repeats: int) -> dict[str, Any]:
     """The figures of the module docstring for ``model.train()`` on its current rollout buffer, with ``threads``."""
     import torch
 
-    from experiments.common.fast_learn import unchecked_distributions
+    from policies.training.fast_learn import unchecked_distributions
 
     torch.set_num_threads(threads)
     hidden = int(model.policy.features_extractor.slot_enc[-2].out_features)
@@ -176,7 +176,7 @@ def compiled_update_cost(model: Any, threads: int, repeats: int) -> dict[str, An
     """
     import torch
 
-    from experiments.common.fast_learn import unchecked_distributions
+    from policies.training.fast_learn import unchecked_distributions
 
     torch.set_num_threads(threads)
     fe = model.policy.features_extractor
@@ -190,11 +190,11 @@ def compiled_update_cost(model: Any, threads: int, repeats: int) -> dict[str, An
 
 def build_model(overrides: Sequence[str], synth_docs: int, synth_seed: int) -> Any:
     """A MaskablePPO model of train.py's config on the synthetic ``tiny`` corpus, its rollout buffer filled once."""
-    from experiments.common.config import quiet_libraries
-    from experiments.common.fast_learn import learn
-    from experiments.common.policy_options import policy_options
-    from experiments.common.train_corpora import compose, corpus_episodes, training_setup
-    from experiments.common.training import LEARNER, make_vec_env, training_env_factory
+    from mage_gym.bench.config import quiet_libraries
+    from policies.training.fast_learn import learn
+    from mage_gym.bench.policy_options import policy_options
+    from policies.training.corpora import compose, corpus_episodes, training_setup
+    from policies.training.recipe import LEARNER, make_vec_env, training_env_factory
     from mage_gym.paths import cache_root
     from policies.ppo import build_model as build_ppo
 
@@ -224,8 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--out", default="outputs/perf_update/results.json")
     ap.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. policy.ppo.train.net.hidden=32")
     args = ap.parse_args(argv)
-    from experiments.common.fast_learn import usable_cores
-    from experiments.common.results import write_json
+    from policies.training.fast_learn import usable_cores
+    from mage_gym.bench.results import write_json
 
     threads = ([int(t) for t in args.threads.split(",")] if args.threads
                else sorted({1, usable_cores()}))

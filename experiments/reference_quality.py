@@ -20,7 +20,7 @@ Form 10-K") are found but never linked; ``external`` counts them.
 ``dataset=synth`` reads a generated corpus instead (no cache: the first
 ``synth_docs`` documents are parsed without embeddings) and adds the exact
 evaluation against the generator's recorded references
-(:mod:`experiments.common.reference_eval`): per kind, drawn, found, linked,
+(:mod:`mage_gym.bench.reference_eval`): per kind, drawn, found, linked,
 correct, spurious, recall and precision; no sample is drawn there. Writes
 ``results.json``::
 
@@ -42,9 +42,9 @@ import hydra
 from hydra.utils import to_absolute_path
 from omegaconf import DictConfig
 
-from experiments.common.config import exit_on_config_error, plain, run_dir
-from experiments.common.episodes import load_episodes
-from experiments.common.results import write_json
+from mage_gym.bench.config import exit_on_config_error, plain, run_dir
+from mage_gym.bench.episodes import load_episodes
+from mage_gym.bench.results import write_json
 from mage_gym.graph import load_graph
 from mage_gym.graph.references import find_references
 
@@ -105,7 +105,7 @@ def read_labels(path: Path) -> dict[str, dict[str, Any]]:
 def measure(graphs: Iterable[tuple[Any, dict[str, Any] | None]], labels: Mapping[str, Mapping[str, Any]],
             sample_per_label: int, seed: int) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Counts, hand-label precision and (synthetic) exact scores over ``graphs``; and the sample to label."""
-    from experiments.common.reference_eval import SynthRefEval, evaluate_graph
+    from mage_gym.bench.reference_eval import SynthRefEval, evaluate_graph
 
     found: dict[str, int] = defaultdict(int)
     external: dict[str, int] = defaultdict(int)

@@ -9,7 +9,7 @@ Run (from the repo root; dev graphs must be in the cache, this script never tune
 Why equal tokens: the heuristic reads more pages than top-k at the same k, so
 any option that reads more looks better at equal k. The score of a grid point
 is ``delta_recall_at_equal_tokens`` (page recall minus topk_page's recall
-interpolated at the same mean tokens; :mod:`experiments.common.equal_cost`),
+interpolated at the same mean tokens; :mod:`mage_gym.bench.equal_cost`),
 with the benchmark's paired-bootstrap interval. Each (dataset, split) plays
 topk_page's curve once and every grid point against it, all in the
 heuristic's render mode and with the configured reader. The chosen point has
@@ -37,12 +37,13 @@ import hydra
 import numpy as np
 from omegaconf import DictConfig
 
-from experiments.common.benchmarking import benchmark_episodes, episode_row, run_policy
-from experiments.common.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
-from experiments.common.envs import build_reader
-from experiments.common.equal_cost import DELTAS, equal_cost_block, needed_ks, row_values
-from experiments.common.policy_options import BENCHMARK_OPTIONS, policy_options
-from experiments.common.results import budget_dict, write_json
+from mage_gym.bench.benchmark import benchmark_episodes, episode_row, run_policy
+from policies import REGISTRY
+from mage_gym.bench.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
+from mage_gym.bench.envs import build_reader
+from mage_gym.bench.equal_cost import DELTAS, equal_cost_block, needed_ks, row_values
+from mage_gym.bench.policy_options import BENCHMARK_OPTIONS, policy_options
+from mage_gym.bench.results import budget_dict, write_json
 
 log = logging.getLogger(__name__)
 _CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -94,7 +95,7 @@ def tune_split(cfg: Mapping[str, Any], dataset: Mapping[str, Any], points: list[
     played: list[tuple[list[dict[str, Any]], str]] = []
     for i, point in enumerate(points):
         results, stats = run_policy("heuristic", {**base, **point}, episodes, run_cfg, budget, reader, seed=seed,
-                                    progress=False)
+                                    progress=False, registry=REGISTRY)
         rows = [episode_row("heuristic", budget, r, None) for r in results]
         played.append((rows, str(stats.get("render_mode") or "visual")))
         log.info("%s/%s point %d/%d %s: recall %.3f tokens %.0f", dataset["name"], dataset["split"], i + 1,
@@ -107,7 +108,7 @@ def tune_split(cfg: Mapping[str, Any], dataset: Mapping[str, Any], points: list[
         while (k := needed_ks(mine, curve, int(ec.get("max_k", 12)))) is not None:
             kb = budget_dict({**budget, "k": k})
             results, _ = run_policy("topk_page", {**topk_opts, "render_mode": mode}, episodes, run_cfg, kb, reader,
-                                    seed=seed, progress=False)
+                                    seed=seed, progress=False, registry=REGISTRY)
             curve[k] = {r.episode_id: episode_row("topk_page", kb, r, None) for r in results}
     out = []
     for rows, mode in played:

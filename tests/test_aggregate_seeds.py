@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from experiments.aggregate_seeds import aggregate
-from experiments.common.equal_cost import DELTAS
+from mage_gym.bench.equal_cost import DELTAS
 
 
 def _run(tmp: Path, name: str, recall: float, delta: float, oracle: bool) -> Path:

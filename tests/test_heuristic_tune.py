@@ -1,10 +1,10 @@
 """experiments/tune_heuristic.py: grid expansion, never a test split, question-weighted choice (the scoring
-itself is experiments.common.equal_cost's, tested in test_equal_cost.py)."""
+itself is mage_gym.bench.equal_cost's, tested in test_equal_cost.py)."""
 from __future__ import annotations
 
 import pytest
 
-from experiments.common.config import ConfigError
+from mage_gym.bench.config import ConfigError
 from experiments.tune_heuristic import choose, dataset_node, grid_points
 
 
@@ -19,7 +19,7 @@ def test_grid_points_product_with_fixed() -> None:
 def test_dataset_node_refuses_test_split() -> None:
     from hydra import compose, initialize_config_dir
 
-    from experiments.common.config import plain
+    from mage_gym.bench.config import plain
     from experiments.tune_heuristic import _CONF
 
     with initialize_config_dir(config_dir=str(_CONF), version_base=None):

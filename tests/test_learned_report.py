@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.common.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
+from mage_gym.bench.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
 from experiments.common import published
 from experiments.common.published import HEADROOM_CLOSED, render_result, with_headroom_closed
 from experiments.learned_report import main, parse_arm, report

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments.common.reference_eval import drawn_key, evaluate_corpus, evaluate_graph, overlaps
+from mage_gym.bench.reference_eval import drawn_key, evaluate_corpus, evaluate_graph, overlaps
 from mage_gym.graph.schema import Element, Page
 
 

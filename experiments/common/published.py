@@ -102,10 +102,11 @@ def _privileged(run: Mapping[str, Any]) -> bool:
     """A run marked privileged, or of a registered policy whose class reads gold (older files lack the mark)."""
     if run.get("privileged"):
         return True
-    from experiments.common.benchmarking import is_privileged
+    from mage_gym.bench.benchmark import is_privileged
+    from policies import REGISTRY
 
     try:
-        return is_privileged(str(run.get("policy")))
+        return is_privileged(str(run.get("policy")), REGISTRY)
     except ValueError:  # not a registered policy (a channel, a setting)
         return False
 

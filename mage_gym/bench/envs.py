@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Sequence
 
-from experiments.common.config import section
+from mage_gym.bench.config import section
 
 
 def env_kwargs(cfg: Mapping[str, Any], render_mode: str | None = None, reader: Any = None) -> dict[str, Any]:

@@ -37,20 +37,21 @@ import time
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from experiments.common.config import ConfigError, check_parser, plain, section
-from experiments.common.envs import build_reader, make_env
-from experiments.common.episodes import episode_of, load_episodes, prepare_graphs
-from experiments.common.metrics import breakdown, metric_counts, summarise
-from experiments.common.plots import save_plots
-from experiments.common.policy_options import BENCHMARK_OPTIONS, check_policies, checkpoint_of, policy_options
-from experiments.common.results import (TABLE_COLUMNS, budget_dict, budget_label, fmt, make_run, markdown_table,
+from mage_gym.bench.config import ConfigError, check_parser, plain, section
+from mage_gym.bench.envs import build_reader, make_env
+from mage_gym.bench.episodes import episode_of, load_episodes, prepare_graphs
+from mage_gym.bench.metrics import breakdown, metric_counts, summarise
+from mage_gym.bench.plots import save_plots
+from mage_gym.bench.play import play_episodes
+from mage_gym.bench.policy_options import (BENCHMARK_OPTIONS, check_policies, checkpoint_of, limited,
+                                          policy_kwargs, policy_options)
+from mage_gym.bench.protocol import PolicyRegistry
+from mage_gym.bench.results import (TABLE_COLUMNS, budget_dict, budget_label, fmt, make_run, markdown_table,
                                         table_rows, write_csv, write_json, write_results)
 from mage_gym.jsonio import json_default
 
 log = logging.getLogger("experiments.benchmark")
 
-#: error kinds (:func:`mage_gym.readers.errors.error_kind`) that fail one episode; ``config`` and ``rate`` stop the run
-EPISODE_ERROR_KINDS: tuple[str, ...] = ("request", "transient", "backend")
 #: default ``max_failed_episodes``: a share of the run's planned episodes (at least one failure is tolerated)
 DEFAULT_MAX_FAILED = 0.05
 #: options that change how a backend is reached, not what it answers (left out of the resume key)
@@ -67,16 +68,6 @@ class RunStopped(RuntimeError):
     """
 
 
-def _stat_snapshot(policy: Any) -> dict[str, float]:
-    return {k: v for k, v in dict(getattr(policy, "stats", {}) or {}).items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool)}
-
-
-def _stat_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
-    """The policy's evaluator counters gained during one episode (empty for other policies)."""
-    return {k: after[k] - before.get(k, 0) for k in after if k.startswith("evaluator_")}
-
-
 def budgets_of(cfg: Mapping[str, Any]) -> list[dict[str, int]]:
     """``budgets`` (partial budgets) merged onto ``env.budget``; just ``env.budget`` when ``budgets`` is null."""
     base = budget_dict(section(cfg, "env").get("budget") or {})
@@ -84,76 +75,35 @@ def budgets_of(cfg: Mapping[str, Any]) -> list[dict[str, int]]:
     return [budget_dict({**base, **dict(b or {})}) for b in extra]
 
 
-def play_episodes(env: Any, policy: Any, episodes: Sequence[Any], seed: int = 0, desc: str = "episodes",
-                  progress: bool = True, *, skip: Any = (), on_result: Any = None, on_failure: Any = None) -> list[Any]:
-    """``policy`` on each episode in turn (episode ``i`` reset with ``seed + i``); one result per episode played.
-
-    The single place where episodes are played for benchmarks and
-    training-time evaluation. Episodes whose id is in ``skip`` are not played
-    (a resumed run; the others keep their seeds). ``on_result(i, result,
-    stats)`` is called after each episode with the evaluator counters it
-    added. With ``on_failure``, a reader or evaluator error that outlived its
-    retries (:data:`EPISODE_ERROR_KINDS`) calls ``on_failure(i, episode_id,
-    error, stats)`` and the loop goes on; ``on_failure`` may raise to stop.
-    Anything else (and everything, without ``on_failure``) propagates.
-    """
-    from tqdm import tqdm
-
-    from mage_gym.readers.errors import error_kind
-    from policies.runner import run_episode
-
-    results: list[Any] = []
-    bar = tqdm(episodes, desc=desc, unit="ep", disable=not progress, leave=False)
-    for i, ep in enumerate(bar):
-        episode_id = episode_of(ep).episode_id
-        if episode_id in skip:
-            continue
-        before = _stat_snapshot(policy)
-        try:
-            r = run_episode(env, policy, episode_id, seed=seed + i)
-        except Exception as err:
-            if on_failure is None or error_kind(err) not in EPISODE_ERROR_KINDS:
-                raise
-            log.warning("episode %s failed: %s: %s", episode_id, type(err).__name__, err)
-            on_failure(i, episode_id, err, _stat_delta(before, _stat_snapshot(policy)))
-            continue
-        results.append(r)
-        if on_result is not None:
-            on_result(i, r, _stat_delta(before, _stat_snapshot(policy)))
-        bar.set_postfix(reward=f"{sum(x.reward for x in results) / len(results):.3f}")
-    return results
-
-
 def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg: Mapping[str, Any],
                budget: Mapping[str, int], reader: Any, seed: int = 0, progress: bool = True,
-               policy: Any = None, out: Path | None = None, **play: Any) -> tuple[list[Any], dict[str, Any]]:
+               policy: Any = None, out: Path | None = None, *, registry: PolicyRegistry,
+               **play: Any) -> tuple[list[Any], dict[str, Any]]:
     """One policy on ``episodes`` under ``budget``; returns (episode results, policy stats).
 
     ``opts`` may carry ``limit`` (first N episodes only, e.g. for the slow LLM
-    evaluator); the rest go to :func:`policies.get_policy`. With ``out`` (and
+    evaluator); the rest go to ``registry.make``. With ``out`` (and
     ``traces: true`` in the config) every episode's JSONL trace goes to
     ``out/traces/<policy>/<budget>.jsonl``. ``play`` goes to
     :func:`play_episodes` (``skip``, ``on_result``, ``on_failure``).
     """
-    from policies import get_policy
-
     eps = limited(episodes, opts)
     env_cfg = section(cfg, "env")
     env_cfg["budget"] = dict(budget)
     if out is not None and cfg.get("traces", True):
-        from mage_gym.report import trace_path
+        from mage_gym.bench.results import trace_path
 
         path = trace_path(out, name, budget)
         path.parent.mkdir(parents=True, exist_ok=True)
         env_cfg["trace_path"] = str(path)
     executor = dict(cfg.get("executor") or {})
     if executor.get("name", "local") == "ray":  # same episodes and seeds on Ray actors (experiments/common/distributed)
-        from experiments.common.distributed.episodes import play_on_ray
+        from mage_gym.bench.distributed.episodes import play_on_ray
         from mage_gym.env.env import effective_render_mode
 
         try:
             results, stats = play_on_ray(name, opts, eps, {**dict(cfg), "env": env_cfg}, executor, policy=policy,
-                                         seed=seed, trace_path=env_cfg.get("trace_path"), **play)
+                                         seed=seed, trace_path=env_cfg.get("trace_path"), registry=registry, **play)
             asked = (policy.render_mode if policy is not None else opts.get("render_mode")) or \
                 env_cfg.get("render_mode", "visual")
             return results, {**stats, "render_mode": effective_render_mode(reader, asked)}
@@ -161,7 +111,7 @@ def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg:
             if policy is not None:
                 policy.close()
     if policy is None:
-        policy = get_policy(name, **policy_kwargs(opts))
+        policy = registry.make(name, **policy_kwargs(opts))
     privileged = bool(getattr(policy, "privileged", False))
     if privileged:  # the oracle: its env hands out the privileged view, and the policy reads it from there
         env_cfg["privileged"] = True
@@ -178,21 +128,15 @@ def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg:
     return results, {**dict(policy.stats), "render_mode": mode}
 
 
-def limited(episodes: Sequence[Any], opts: Mapping[str, Any]) -> list[Any]:
-    """The episodes a policy runs on: the first ``limit`` (all when ``limit`` is null)."""
-    limit = opts.get("limit")
-    return list(episodes)[: int(limit)] if limit else list(episodes)
+def is_privileged(name: str, registry: PolicyRegistry) -> bool:
+    """Whether the registered policy ``name`` reads gold (its class says ``privileged = True``)."""
+    return bool(getattr(registry.policy_class(name), "privileged", False))
 
 
-def policy_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
-    """A policy's options without the ones the benchmark reads itself."""
-    return {k: v for k, v in opts.items() if k not in BENCHMARK_OPTIONS}
-
-
-def check_config(cfg: Mapping[str, Any]) -> list[str]:
+def check_config(cfg: Mapping[str, Any], registry: PolicyRegistry) -> list[str]:
     """The policies to run, after checking every option that would otherwise fail late (one error, no work done)."""
     names = [str(p) for p in plain(cfg["policies"])]
-    check_policies(cfg, names)
+    check_policies(cfg, names, registry)
     check_parser(section(cfg, "env").get("parser", "layout"))
     return names
 
@@ -243,7 +187,7 @@ def _tag(row: dict[str, Any], run_key: str | None, stats: Mapping[str, float] | 
 
 def result_of_row(row: Mapping[str, Any]) -> Any:
     """The EpisodeResult a successful ``episodes.jsonl`` row was written from (a resumed run's finished episodes)."""
-    from policies.runner import EpisodeResult
+    from mage_gym.bench.play import EpisodeResult
 
     return EpisodeResult(episode_id=row["episode_id"], reward=float(row["reward"]), components=dict(row["components"]),
                          metrics=dict(row["metrics"]), answer=row["answer"], decisions=int(row["decisions"]),
@@ -301,7 +245,7 @@ def previous_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
-def check_backends(cfg: Mapping[str, Any], names: Sequence[str], reader: Any) -> None:
+def check_backends(cfg: Mapping[str, Any], names: Sequence[str], reader: Any, registry: PolicyRegistry) -> None:
     """Ask the reader and every model-backed policy whether their backend works, before any episode.
 
     A policy class with a ``validate`` method (the LLM evaluator) is built
@@ -309,7 +253,6 @@ def check_backends(cfg: Mapping[str, Any], names: Sequence[str], reader: Any) ->
     (a server must serve the model). Any failure is one :class:`ConfigError`.
     """
     from mage_gym.readers.errors import ReaderError
-    from policies import get_policy, policy_class
 
     def check(what: str, fn: Any) -> None:
         try:
@@ -322,11 +265,11 @@ def check_backends(cfg: Mapping[str, Any], names: Sequence[str], reader: Any) ->
     if callable(check_reader):
         check("reader", check_reader)
     for name in names:
-        if not callable(getattr(policy_class(name), "validate", None)):
+        if not callable(getattr(registry.policy_class(name), "validate", None)):
             continue
 
         def build_and_validate(name: str = name) -> None:
-            policy = get_policy(name, **policy_kwargs(policy_options(cfg, name)))
+            policy = registry.make(name, **policy_kwargs(policy_options(cfg, name)))
             try:
                 policy.validate()
             finally:
@@ -340,25 +283,27 @@ def evaluator_totals(rows: Sequence[Mapping[str, Any]]) -> dict[str, int] | None
     blocks = [r["evaluator"] for r in rows if r.get("evaluator")]
     if not blocks:
         return None
-    from experiments.common.results import EVALUATOR_KEYS
+    from mage_gym.bench.results import EVALUATOR_KEYS
 
     return {k: int(round(sum(b.get(k, 0) for b in blocks))) for k in EVALUATOR_KEYS}
 
 
 def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None = None,
-              policy_objects: Mapping[str, Any] | None = None, logger: Any = None) -> dict[str, Any]:
+              policy_objects: Mapping[str, Any] | None = None, logger: Any = None, *,
+              registry: PolicyRegistry) -> dict[str, Any]:
     """The whole benchmark: every policy x budget on the same episodes; writes every output into ``out``.
 
     ``cfg`` is the composed benchmark config as plain containers (``policies``,
     ``policy.<name>``, ``env``, ``budgets``, ``dataset``, ``reader``,
     ``max_failed_episodes``, ...). ``episodes`` replaces the dataset's;
-    ``policy_objects`` replaces built policies by name (tests). Raises
+    ``policy_objects`` replaces built policies by name (tests); ``registry``
+    builds the others (``policies.REGISTRY`` for the project's). Raises
     :class:`RunStopped` (after writing what finished) when the run cannot go
     on; see the module docstring for failures and resuming.
     """
     from mage_gym.readers.errors import ReaderConfigError, ReaderError, error_kind
 
-    names = check_config(cfg)
+    names = check_config(cfg, registry)
     ds = section(cfg, "dataset")
     if episodes is None:
         episodes = benchmark_episodes(cfg)
@@ -369,7 +314,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
         reader = build_reader(cfg)
     except ReaderConfigError as err:
         raise ConfigError(f"reader: {err}") from err
-    check_backends(cfg, [n for n in names if n not in (policy_objects or {})], reader)
+    check_backends(cfg, [n for n in names if n not in (policy_objects or {})], reader, registry)
     answers = bool(getattr(reader, "answers", False))
     base = budget_dict(section(cfg, "env").get("budget") or {})
     plan = [(name, budget, policy_options(cfg, name)) for budget in budgets_of(cfg) for name in names
@@ -392,7 +337,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
 
         try:
             for name, budget, opts in plan:
-                checkpoint = None if name in (policy_objects or {}) else checkpoint_of(name, opts)  # an object: no file
+                checkpoint = None if name in (policy_objects or {}) else checkpoint_of(name, opts, registry)  # an object: no file
                 key = run_key(cfg, name, opts, budget)
                 eps = limited(episodes, opts)
                 done = {r["episode_id"]: r for r in old if r.get("run_key") == key and not r.get("failed")
@@ -425,7 +370,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
                 t0 = time.perf_counter()
                 results, pstats = run_policy(name, opts, episodes, cfg, budget, reader, seed=seed,
                                              policy=(policy_objects or {}).get(name), out=out, skip=set(done),
-                                             on_result=on_result, on_failure=on_failure)
+                                             on_result=on_result, on_failure=on_failure, registry=registry)
                 played = {r.episode_id: r for r in results}
                 ordered_rows, ok = [], []
                 for e in eps:
@@ -446,7 +391,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
                     metrics["evaluator_calls"] = replies / len(ok)
                 runs.append(make_run(name, budget, ds["name"], ds.get("split", "all"), metrics, checkpoint,
                                      failed=failed_ids, evaluator=totals, counts=counts,
-                                     privileged=is_privileged(name)))
+                                     privileged=is_privileged(name, registry)))
                 run_rows.append((ordered_rows, pstats.get("render_mode") or "visual"))
                 label = f"{name} | {budget_label(budget)}"
                 breakdowns[label] = breakdown(ok, by_id)
@@ -473,15 +418,8 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
                 raise RunStopped(f"{err}{resume}") from err
             raise
     _compact_rows(rows_path, all_rows, cfg, plan, episodes)
-    attach_equal_cost(cfg, out, episodes, reader, runs, run_rows, seed)
+    attach_equal_cost(cfg, out, episodes, reader, runs, run_rows, seed, registry)
     return _write_outputs(runs, breakdowns, stats, out, logger)
-
-
-def is_privileged(name: str) -> bool:
-    """Whether the registered policy ``name`` reads gold (its class says ``privileged = True``)."""
-    from policies import policy_class
-
-    return bool(getattr(policy_class(name), "privileged", False))
 
 
 #: ``equal_cost`` defaults (conf/benchmark.yaml documents them)
@@ -490,7 +428,7 @@ EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "min_k": 1, "max_k": 20,
 
 def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any], reader: Any,
                       runs: list[dict[str, Any]], run_rows: Sequence[tuple[list[dict[str, Any]], str]],
-                      seed: int) -> None:
+                      seed: int, registry: PolicyRegistry) -> None:
     """Run topk_page's curve in every render mode the runs used and add each run's ``equal_cost`` block.
 
     The curve reuses topk_page rows the plan already played (same render mode,
@@ -498,7 +436,7 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
     tokens and pages reach every run's (or ``max_k``); its rows go to
     ``topk_curve.jsonl``, apart from ``episodes.jsonl``. See :mod:`.equal_cost`.
     """
-    from experiments.common.equal_cost import BASELINE, equal_cost_block, needed_ks, plot_equal_cost
+    from mage_gym.bench.equal_cost import BASELINE, equal_cost_block, needed_ks, plot_equal_cost
 
     ec = {**EQUAL_COST_DEFAULTS, **dict(cfg.get("equal_cost") or {})}
     if not ec["enabled"] or not runs:
@@ -521,7 +459,7 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
             while (k := needed_ks(mine, curve, int(ec["max_k"]), int(ec["min_k"]))) is not None:
                 budget = budget_dict({**base, "k": k})
                 results, _ = run_policy(BASELINE, {**opts, "render_mode": mode}, episodes, cfg, budget, reader,
-                                        seed=seed, progress=False)
+                                        seed=seed, progress=False, registry=registry)
                 curve[k] = {r.episode_id: episode_row(BASELINE, budget, r, None) for r in results}
                 for row in curve[k].values():
                     f.write(json.dumps({**row, "render_mode": mode}, default=json_default) + "\n")

@@ -1,4 +1,4 @@
-"""Drive any policy through one episode of the environment - the one loop every experiment uses.
+"""Play episodes: any policy through the environment, one episode at a time - the one loop everything uses.
 
 Why one loop: benchmark, training-time evaluation and tests must run every
 policy the same way, through the env's public interfaces only: ``step`` with
@@ -9,14 +9,17 @@ with ``env.get_wrapper_attr``, so wrappers (traces, shaping, text view in
 """
 from __future__ import annotations
 
+import logging
 import time
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from mage_gym.env import RoundDecision
-from policies.base import EnvInfo, Policy
+from mage_gym.bench.protocol import EnvInfo, Policy
+
+log = logging.getLogger("mage_gym.bench.play")
 
 
 @dataclass
@@ -96,3 +99,61 @@ def mean_or_none(values: list[Any]) -> float | None:
     """Mean of the non-None values (bools count as 0/1), None when there are none."""
     vals = [float(v) for v in values if v is not None]
     return float(np.mean(vals)) if vals else None
+
+
+#: error kinds (:func:`mage_gym.readers.errors.error_kind`) that fail one episode; ``config`` and ``rate`` stop the run
+EPISODE_ERROR_KINDS: tuple[str, ...] = ("request", "transient", "backend")
+
+
+def stat_snapshot(policy: Any) -> dict[str, float]:
+    return {k: v for k, v in dict(getattr(policy, "stats", {}) or {}).items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool)}
+
+
+def stat_delta(before: Mapping[str, float], after: Mapping[str, float]) -> dict[str, float]:
+    """The policy's evaluator counters gained during one episode (empty for other policies)."""
+    return {k: after[k] - before.get(k, 0) for k in after if k.startswith("evaluator_")}
+
+
+def play_episodes(env: Any, policy: Any, episodes: Sequence[Any], seed: int = 0, desc: str = "episodes",
+                  progress: bool = True, *, skip: Any = (), on_result: Any = None, on_failure: Any = None) -> list[Any]:
+    """``policy`` on each episode in turn (episode ``i`` reset with ``seed + i``); one result per episode played.
+
+    The single place where episodes are played for benchmarks and
+    training-time evaluation. Episodes whose id is in ``skip`` are not played
+    (a resumed run; the others keep their seeds). ``on_result(i, result,
+    stats)`` is called after each episode with the evaluator counters it
+    added. With ``on_failure``, a reader or evaluator error that outlived its
+    retries (:data:`EPISODE_ERROR_KINDS`) calls ``on_failure(i, episode_id,
+    error, stats)`` and the loop goes on; ``on_failure`` may raise to stop.
+    Anything else (and everything, without ``on_failure``) propagates.
+    """
+    from tqdm import tqdm
+
+    from mage_gym.readers.errors import error_kind
+
+    results: list[Any] = []
+    bar = tqdm(episodes, desc=desc, unit="ep", disable=not progress, leave=False)
+    for i, ep in enumerate(bar):
+        episode_id = episode_id_of(ep)
+        if episode_id in skip:
+            continue
+        before = stat_snapshot(policy)
+        try:
+            r = run_episode(env, policy, episode_id, seed=seed + i)
+        except Exception as err:
+            if on_failure is None or error_kind(err) not in EPISODE_ERROR_KINDS:
+                raise
+            log.warning("episode %s failed: %s: %s", episode_id, type(err).__name__, err)
+            on_failure(i, episode_id, err, stat_delta(before, stat_snapshot(policy)))
+            continue
+        results.append(r)
+        if on_result is not None:
+            on_result(i, r, stat_delta(before, stat_snapshot(policy)))
+        bar.set_postfix(reward=f"{sum(x.reward for x in results) / len(results):.3f}")
+    return results
+
+
+def episode_id_of(item: Any) -> str:
+    """The id of an Episode, a CompositeEpisode or a pre-built pair (``EnvEpisode``)."""
+    return str(getattr(item, "episode_id", None) or item.episode.episode_id)

@@ -11,10 +11,9 @@ import hashlib
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from experiments.common.config import ConfigError, section
+from mage_gym.bench.config import ConfigError, section
+from mage_gym.bench.protocol import PolicyRegistry
 
-#: policies that act from a trained checkpoint (``policy.<name>.checkpoint``)
-LEARNED: tuple[str, ...] = ("ppo",)
 #: options the benchmark reads (first N episodes; base budget only), not the policy
 BENCHMARK_OPTIONS: tuple[str, ...] = ("limit", "only_base_budget")
 
@@ -31,13 +30,12 @@ def policy_options(cfg: Mapping[str, Any], name: str) -> dict[str, Any]:
     return opts
 
 
-def check_policies(cfg: Mapping[str, Any], names: Sequence[str]) -> None:
+def check_policies(cfg: Mapping[str, Any], names: Sequence[str], registry: PolicyRegistry) -> None:
     """Every name in ``names`` is a registered policy with composed options (one error before any work)."""
-    from policies import POLICIES
-
-    unknown = [n for n in names if n not in POLICIES]
+    known = list(registry.names())
+    unknown = [n for n in names if n not in known]
     if unknown:
-        raise ConfigError(f"unknown policies {unknown} in `policies`; choose from {sorted(POLICIES)}")
+        raise ConfigError(f"unknown policies {unknown} in `policies`; choose from {sorted(known)}")
     for n in names:
         policy_options(cfg, n)
 
@@ -52,13 +50,20 @@ def checkpoint_identity(path: str | Path) -> dict[str, str]:
     return {"path": str(p), "sha256": h.hexdigest()}
 
 
-def checkpoint_of(name: str, opts: Mapping[str, Any]) -> dict[str, str] | None:
+def checkpoint_of(name: str, opts: Mapping[str, Any], registry: PolicyRegistry) -> dict[str, str] | None:
     """The checkpoint identity of a learned policy's options (None for rule policies or an in-memory model)."""
-    ckpt = opts.get("checkpoint")
-    if name == "ppo" and not ckpt:  # no path given: the policy loads the shipped checkpoint
-        from policies.ppo import SHIPPED_CHECKPOINT
-
-        ckpt = SHIPPED_CHECKPOINT
-    if name not in LEARNED or not ckpt or not Path(str(ckpt)).expanduser().is_file():
+    ckpt = registry.learned_checkpoint(name, opts)
+    if not ckpt or not Path(str(ckpt)).expanduser().is_file():
         return None
     return checkpoint_identity(str(ckpt))
+
+
+def limited(episodes: Sequence[Any], opts: Mapping[str, Any]) -> list[Any]:
+    """The episodes a policy runs on: the first ``limit`` (all when ``limit`` is null)."""
+    limit = opts.get("limit")
+    return list(episodes)[: int(limit)] if limit else list(episodes)
+
+
+def policy_kwargs(opts: Mapping[str, Any]) -> dict[str, Any]:
+    """A policy's options without the ones the benchmark reads itself."""
+    return {k: v for k, v in opts.items() if k not in BENCHMARK_OPTIONS}

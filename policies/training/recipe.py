@@ -38,17 +38,17 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from experiments.common.benchmarking import play_episodes
-from experiments.common.config import ConfigError, check_parser, set_threads
-from experiments.common.envs import make_env
-from experiments.common.fast_learn import learn as fast_learn
-from experiments.common.fast_learn import usable_cores
-from experiments.common.episodes import episode_of, load_episodes, prepare_graphs
-from experiments.common.metrics import summarise
-from experiments.common.plots import save_curve
-from experiments.common.policy_options import BENCHMARK_OPTIONS, checkpoint_identity, policy_options
-from experiments.common.results import fmt, make_run, write_json, write_results
-from experiments.common.tracking import NullLogger
+from mage_gym.bench.play import play_episodes
+from mage_gym.bench.config import ConfigError, check_parser, set_threads
+from mage_gym.bench.envs import make_env
+from policies.training.fast_learn import learn as fast_learn
+from policies.training.fast_learn import usable_cores
+from mage_gym.bench.episodes import episode_of, load_episodes, prepare_graphs
+from mage_gym.bench.metrics import summarise
+from mage_gym.bench.plots import save_curve
+from mage_gym.bench.policy_options import BENCHMARK_OPTIONS, checkpoint_identity, policy_options
+from mage_gym.bench.results import fmt, make_run, write_json, write_results
+from mage_gym.bench.tracking import NullLogger
 
 log = logging.getLogger("experiments.train")
 
@@ -259,7 +259,7 @@ def training_env_factory(train_eps: list[Any], train_cfg: Mapping[str, Any], ren
         from stable_baselines3.common.monitor import Monitor
 
         import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-        from experiments.common.envs import env_kwargs
+        from mage_gym.bench.envs import env_kwargs
         from mage_gym.env.episodes import as_provider
 
         reserve_training_caches(max_graphs, n_questions)

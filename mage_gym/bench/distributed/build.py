@@ -33,7 +33,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
-from experiments.common.distributed.cluster import apply_env, connect, maybe_die_once, pinned_env, ray_options
+from mage_gym.bench.distributed.cluster import apply_env, connect, maybe_die_once, pinned_env, ray_options
 
 log = logging.getLogger("experiments.distributed")
 
@@ -67,7 +67,7 @@ def _build_task(path: str, cfg: Mapping[str, Any], env: Mapping[str, str], threa
     """Runs in a Ray worker: the driver's pinned settings, then the local build of one document."""
     _prepare(env, threads, graph_version)
     maybe_die_once(path)
-    from experiments.common.corpus import build_one
+    from mage_gym.bench.graph_jobs import build_one
 
     return build_one(path, cfg)
 
@@ -124,15 +124,15 @@ def _chunk_counts(todo: Sequence[Path], cfg: Mapping[str, Any], chunk_pages: int
 
 def _build_chunked(path: Path, cfg: Mapping[str, Any], chunks: int, runner: RayChunks) -> dict[str, Any]:
     """On the driver: one long document, its page chunks on Ray; every failure becomes its record."""
-    from experiments.common.corpus import _build_kwargs, _record
+    from mage_gym.bench.graph_jobs import build_kwargs, document_record
     from mage_gym.graph.build import build_graph
     from mage_gym.graph.errors import DocumentError
 
     t0 = time.perf_counter()
     try:
         g = build_graph(str(path), workers=1, cache=cfg["cache"], progress=False, chunk_executor=runner,
-                        chunks=chunks, **_build_kwargs(cfg))
-        return _record(path, g, time.perf_counter() - t0, cached=bool(g.meta.get("cache_hit")))
+                        chunks=chunks, **build_kwargs(cfg))
+        return document_record(path, g, time.perf_counter() - t0, cached=bool(g.meta.get("cache_hit")))
     except Exception as exc:  # noqa: BLE001 - one bad file must not stop a corpus build
         cause = getattr(exc, "cause", None)
         if isinstance(cause, (CodeVersionMismatch, DocumentError)):
@@ -142,7 +142,7 @@ def _build_chunked(path: Path, cfg: Mapping[str, Any], chunks: int, runner: RayC
         else:
             log.error("ray chunk task for %s failed after retries: %s", path, exc)
             err = RuntimeError(f"ray chunk task failed after retries: {exc}")
-        return _record(path, seconds=time.perf_counter() - t0, error=err)
+        return document_record(path, seconds=time.perf_counter() - t0, error=err)
 
 
 def build_on_ray(todo: Sequence[Path], cfg: Mapping[str, Any], executor: Mapping[str, Any],
@@ -155,8 +155,8 @@ def build_on_ray(todo: Sequence[Path], cfg: Mapping[str, Any], executor: Mapping
     exhausted its retries becomes an error record for its document, so the
     run still reports every document exactly once.
     """
-    from experiments.common.corpus import _record
-    from experiments.common.distributed.episodes import release_actors
+    from mage_gym.bench.graph_jobs import document_record
+    from mage_gym.bench.distributed.episodes import release_actors
     from mage_gym.graph.store import GRAPH_VERSION
 
     opts = ray_options(executor)
@@ -190,7 +190,7 @@ def build_on_ray(todo: Sequence[Path], cfg: Mapping[str, Any], executor: Mapping
                 except Exception as exc:  # noqa: BLE001 - retries exhausted (the worker kept dying), or other code
                     log.error("ray task for %s failed after retries: %s", p, exc)
                     cause = exc.cause if isinstance(getattr(exc, "cause", None), CodeVersionMismatch) else None
-                    out[str(p)] = _record(p, error=cause or RuntimeError(f"ray task failed after retries: {exc}"))
+                    out[str(p)] = document_record(p, error=cause or RuntimeError(f"ray task failed after retries: {exc}"))
                 if bar is not None:
                     bar.update(1)
     finally:

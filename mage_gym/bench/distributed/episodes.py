@@ -4,7 +4,7 @@ Why actors (not a task per episode): building the env and policy costs far
 more than one episode (imports, retriever indexes, models), so each actor
 builds them once. Why it matches a local run: episode ``i`` of the list is
 reset with ``seed + i`` wherever it runs, exactly as
-:func:`experiments.common.benchmarking.play_episodes` does, so a deterministic
+:func:`mage_gym.bench.benchmark.play_episodes` does, so a deterministic
 policy gives the same records on any number of actors.
 
 The driver keeps every actor busy with one episode at a time and calls
@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from experiments.common.distributed.cluster import (apply_env, connect, maybe_die_once, node_evaluator_cache,
+from mage_gym.bench.distributed.cluster import (apply_env, connect, maybe_die_once, node_evaluator_cache,
                                                     node_reader_cache, pinned_env, ray_options)
 
 log = logging.getLogger("experiments.distributed")
@@ -63,9 +63,8 @@ class EpisodeWorker:
 
     def _setup(self, key: str, spec: Mapping[str, Any]) -> None:
         """Build the env and policy ``spec`` describes (name, opts, episodes, cfg, policy, trace, caches, servers)."""
-        from experiments.common.benchmarking import policy_kwargs
-        from experiments.common.envs import build_reader, make_env
-        from policies import get_policy
+        from mage_gym.bench.envs import build_reader, make_env
+        from mage_gym.bench.policy_options import policy_kwargs
 
         self.finish()
         cfg = dict(spec["cfg"])
@@ -73,7 +72,7 @@ class EpisodeWorker:
         if opts.get("cache") is True:  # the LLM evaluator's sqlite reply cache: the node's own disk as well
             opts["cache"] = spec["evaluator_cache"]
         policy = spec["policy"]
-        self.policy = policy if policy is not None else get_policy(spec["name"], **policy_kwargs(opts))
+        self.policy = policy if policy is not None else spec["registry"].make(spec["name"], **policy_kwargs(opts))
         if reader_cfg.get("cache") is True:  # the node's own sqlite file, never one on the shared folder
             reader_cfg["cache"] = spec["reader_cache"]
         reader = build_reader({**cfg, "reader": reader_cfg})  # one per actor, like a local run's one
@@ -95,7 +94,7 @@ class EpisodeWorker:
 
         import ray
 
-        from experiments.common.distributed.servers import ClusterSlot, point_at
+        from mage_gym.bench.distributed.servers import ClusterSlot, point_at
         from mage_gym.readers.openai_compat import set_server_limiter
 
         for url in self.limited:
@@ -121,21 +120,20 @@ class EpisodeWorker:
         """
         import ray
 
-        from experiments.common.benchmarking import EPISODE_ERROR_KINDS, _stat_delta, _stat_snapshot
+        from mage_gym.bench.play import EPISODE_ERROR_KINDS, run_episode, stat_delta, stat_snapshot
         from mage_gym.readers.errors import error_kind
-        from policies.runner import run_episode
 
         if self.key != key:
             self._setup(key, ray.get(spec_box[0]))
         maybe_die_once(episode_id)
-        before = _stat_snapshot(self.policy)
+        before = stat_snapshot(self.policy)
         try:
             r = run_episode(self.env, self.policy, episode_id, seed=seed)
         except Exception as err:
             if error_kind(err) not in EPISODE_ERROR_KINDS:
                 raise
-            return ("failed", i, episode_id, err, _stat_delta(before, _stat_snapshot(self.policy)), self._trace())
-        return ("ok", i, r, _stat_delta(before, _stat_snapshot(self.policy)), self._trace())
+            return ("failed", i, episode_id, err, stat_delta(before, stat_snapshot(self.policy)), self._trace())
+        return ("ok", i, r, stat_delta(before, stat_snapshot(self.policy)), self._trace())
 
     def _trace(self) -> list[str]:
         """The trace lines written since the last call (empty without traces)."""
@@ -220,7 +218,7 @@ def _server_slots(ray: Any, ex: Mapping[str, Any], name: str, reader_cfg: Mappin
     """
     if not ex["servers"]:
         return None
-    from experiments.common.distributed.servers import check_servers, default_limit, openai_nodes, start_slots
+    from mage_gym.bench.distributed.servers import check_servers, default_limit, openai_nodes, start_slots
 
     if not openai_nodes(reader_cfg, opts):
         log.info("%s: no OpenAI-compatible backend; executor.servers not used", name)
@@ -232,7 +230,8 @@ def _server_slots(ray: Any, ex: Mapping[str, Any], name: str, reader_cfg: Mappin
 
 def play_on_ray(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg: Mapping[str, Any],
                 executor: Mapping[str, Any], policy: Any = None, seed: int = 0, trace_path: Any = None, *,
-                skip: Any = (), on_result: Any = None, on_failure: Any = None) -> tuple[list[Any], dict[str, Any]]:
+                registry: Any, skip: Any = (), on_result: Any = None,
+                on_failure: Any = None) -> tuple[list[Any], dict[str, Any]]:
     """The Ray counterpart of ``play_episodes`` + policy stats: (results in episode order, merged stats).
 
     ``cfg`` is the benchmark config with the run's ``env`` block (budget
@@ -240,19 +239,19 @@ def play_on_ray(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg
     otherwise each actor builds it from ``opts``. ``on_failure`` may raise to
     stop the run: the actors are torn down and the error propagates.
     """
-    from experiments.common.episodes import episode_of
+    from mage_gym.bench.play import episode_id_of
     from mage_gym.trace import dumps
 
     ex = ray_options(executor)
     ray = connect(ex)
-    todo = [(i, episode_of(e).episode_id) for i, e in enumerate(episodes) if episode_of(e).episode_id not in skip]
+    todo = [(i, episode_id_of(e)) for i, e in enumerate(episodes) if episode_id_of(e) not in skip]
     if not todo:
         return [], {}
     cpus = float(ex["cpus_per_task"])
     n_actors = int(ex["actors"] or max(1, int(ray.cluster_resources().get("CPU", 1) // cpus)))
     env_cfg = {k: v for k, v in dict(cfg["env"]).items() if k != "trace_path"}
     spec = {"name": name, "opts": dict(opts), "episodes": list(episodes), "cfg": {**dict(cfg), "env": env_cfg},
-            "policy": policy, "trace": trace_path is not None, "reader_cache": node_reader_cache(ex),
+            "policy": policy, "registry": registry, "trace": trace_path is not None, "reader_cache": node_reader_cache(ex),
             "evaluator_cache": node_evaluator_cache(ex), "servers": None}
     slots = _server_slots(ray, ex, name, dict(cfg.get("reader") or {}), opts)
     if slots is not None:

@@ -19,7 +19,7 @@ from collections import defaultdict
 from typing import Any, Mapping, Sequence
 
 from mage_gym.data.episode import Episode
-from policies.runner import EpisodeResult, mean_or_none
+from mage_gym.bench.play import EpisodeResult, mean_or_none
 
 METRIC_KEYS: tuple[str, ...] = (
     "episodes", "reward", "support", "noise", "cost", "accuracy", "f1", "evidence_page_recall",

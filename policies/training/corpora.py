@@ -17,7 +17,7 @@ def compose(overrides: Sequence[str]) -> dict[str, Any]:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from experiments.common.config import plain
+    from mage_gym.bench.config import plain
 
     with initialize_config_dir(config_dir=str(CONF), version_base=None):
         return plain(hydra_compose(config_name="train", overrides=list(overrides)))
@@ -61,7 +61,7 @@ def corpus_episodes(name: str, cfg: Mapping[str, Any], synth_root: Path, synth_d
     """(train episodes, val episodes, description) of ``synth`` (the ``tiny`` corpus at ``synth_root``, generated
     when missing) or ``real_mix`` (the train splits of MMLongBench and FinanceBench whose graphs are cached;
     ``val_episodes`` of each val split)."""
-    from experiments.common.episodes import load_episodes, prepare_graphs
+    from mage_gym.bench.episodes import load_episodes, prepare_graphs
 
     parser = cfg["env"].get("parser", "fast")
     gk = cfg["env"].get("graph_kwargs")
@@ -85,9 +85,9 @@ def corpus_episodes(name: str, cfg: Mapping[str, Any], synth_root: Path, synth_d
 
 def training_setup(cfg: Mapping[str, Any], train_eps: Sequence[Any]) -> tuple[dict[str, Any], int, int]:
     """(train.py's env config with shaping per ``train.shaping``, documents, questions) of ``train_eps``: what
-    :func:`~experiments.common.training.training_env_factory` is sized and configured with."""
-    from experiments.common.episodes import episode_of
-    from experiments.common.training import shaping_kwargs
+    :func:`~policies.training.recipe.training_env_factory` is sized and configured with."""
+    from mage_gym.bench.episodes import episode_of
+    from policies.training.recipe import shaping_kwargs
 
     env_cfg = cfg["env"]
     train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, bool(cfg["train"].get("shaping", False)))}}

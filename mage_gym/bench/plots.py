@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from experiments.common.results import BUDGET_KEYS, budget_label
+from mage_gym.bench.results import BUDGET_KEYS, budget_label
 
 
 def _pyplot() -> Any:

@@ -46,11 +46,12 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from experiments.common.config import plain
-from experiments.common.metrics import COMPOSITE_METRIC_KEYS, METRIC_KEYS
+from mage_gym.bench.config import plain
+from mage_gym.bench.metrics import COMPOSITE_METRIC_KEYS, METRIC_KEYS
 from mage_gym.jsonio import json_default
 
 RUN_KEYS: tuple[str, ...] = ("policy", "budget", "dataset", "split", "metrics")
@@ -147,7 +148,7 @@ def validate_results(obj: Mapping[str, Any]) -> None:
         if "privileged" in run and run["privileged"] is not True:
             raise ValueError("privileged is present only as true")
         if "equal_cost" in run:
-            from experiments.common.equal_cost import validate_block
+            from mage_gym.bench.equal_cost import validate_block
 
             validate_block(run["equal_cost"])
         ev = run.get("evaluator")
@@ -244,3 +245,18 @@ def markdown_table(runs: Sequence[Mapping[str, Any]]) -> str:
     head = "| " + " | ".join(TABLE_COLUMNS) + " |"
     sep = "|" + "|".join("---" for _ in TABLE_COLUMNS) + "|"
     return "\n".join([head, sep] + ["| " + " | ".join(row) + " |" for row in table_rows(runs)])
+
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def trace_path(run_dir: str | Path, policy: str, budget: Mapping[str, Any] | None = None) -> Path:
+    """Where a benchmark writes the trace of ``policy`` under ``budget`` (pass it as the env's ``trace_path``).
+
+    ``<run_dir>/traces/<policy>/<k5_m4_M24_T6_B16>.jsonl``; the trace report
+    (:mod:`mage_gym.report`) reads exactly this layout (one file per policy
+    and budget, never mixed).
+    """
+    name = _UNSAFE.sub("_", str(policy)).strip("._") or "policy"
+    stem = "_".join(f"{k}{budget[k]}" for k in BUDGET_KEYS if k in budget) if budget else "trace"
+    return Path(run_dir) / "traces" / name / f"{_UNSAFE.sub('_', stem)}.jsonl"

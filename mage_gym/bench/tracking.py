@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from experiments.common.config import plain
+from mage_gym.bench.config import plain
 
 log = logging.getLogger("experiments.tracking")
 

@@ -40,7 +40,7 @@ def prepare_graphs(episodes: Sequence[Any], parser: str = "layout", workers: int
 
     Pre-built (Episode, graph) pairs are returned as they are.
     """
-    from experiments.common.corpus import build_corpus
+    from mage_gym.bench.corpus import build_corpus
 
     from mage_gym.data.composite import CompositeEpisode, episode_sources
 

@@ -8,7 +8,7 @@ file and its settings. Documents already in the cache are only loaded
 text encoder and ``cores // workers`` torch threads, one document per task.
 A bad file never stops the run: its typed error (:mod:`mage_gym.graph.errors`)
 is recorded. With ``executor: {name: ray}`` the documents to build are Ray
-tasks instead (:mod:`experiments.common.distributed.build`); every record
+tasks instead (:mod:`mage_gym.bench.distributed.build`); every record
 carries ``graph_hash`` (:func:`graph_hash`), so builds anywhere can be compared.
 """
 from __future__ import annotations
@@ -21,7 +21,8 @@ from concurrent.futures import Future, ProcessPoolExecutor, as_completed
 from pathlib import Path
 from typing import Any, Mapping
 
-from experiments.common.config import check_parser
+from mage_gym.bench.config import check_parser
+from mage_gym.bench.graph_jobs import build_one, document_record, try_cached
 
 log = logging.getLogger("experiments.corpus")
 
@@ -47,79 +48,6 @@ def find_documents(root: Path) -> list[Path]:
             docs.append(d)
         docs.extend(d / f for f in filenames if f.lower().endswith(".pdf"))
     return sorted(docs)
-
-
-def _build_kwargs(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    return dict(parser=cfg["parser"], max_pages=cfg["max_pages"], parser_cfg=cfg["parser_cfg"] or {},
-                edge_cfg=cfg["edge_cfg"] or {}, embed_cfg=cfg["embed_cfg"] or {}, cache_dir=cfg["cache_dir"])
-
-
-def graph_hash(graph: Any) -> str:
-    """sha256 over a graph's node ids, edge arrays and vector matrix (fixed dtypes and shapes).
-
-    Why: two builds of one document (local vs. Ray, this node vs. that one)
-    must be checkable for equality without comparing files; this is the
-    ``graph_hash`` of a document record.
-    """
-    import hashlib
-
-    import numpy as np
-
-    h = hashlib.sha256()
-    h.update("\n".join(graph.node_ids).encode())
-    for arr, dtype in ((graph.edge_src, np.int64), (graph.edge_dst, np.int64), (graph.edge_kind, np.int64),
-                       (graph.edge_weight, np.float32), (graph.vectors, np.float32)):
-        a = np.ascontiguousarray(arr, dtype=dtype)
-        h.update(repr(a.shape).encode())
-        h.update(a.tobytes())
-    h.update("\n".join(graph.edge_label).encode())
-    return h.hexdigest()
-
-
-def _record(path: Path, graph: Any = None, seconds: float = 0.0, cached: bool = False,
-            error: BaseException | None = None) -> dict[str, Any]:
-    rec: dict[str, Any] = {"doc_id": None, "path": str(path), "pages": 0, "elements": 0, "elements_by_type": {},
-                           "edges_by_kind": {}, "seconds": round(seconds, 3), "cached": cached, "error": None,
-                           "error_type": None, "warnings": [], "graph_hash": None}
-    if graph is not None:
-        rec.update(doc_id=graph.doc_id, pages=graph.n_pages, elements=graph.n_elements,
-                   elements_by_type=graph.element_type_counts(), edges_by_kind=graph.edge_counts(),
-                   warnings=list(graph.meta.get("warnings", [])), graph_hash=graph_hash(graph))
-    if error is not None:
-        rec.update(error=str(error), error_type=type(error).__name__)
-    return rec
-
-
-def build_one(path: str, cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """Worker task: one document; every failure becomes a record, never an exception."""
-    from mage_gym.graph.build import build_graph
-    from mage_gym.graph.errors import DocumentError
-
-    t0 = time.perf_counter()
-    try:
-        g = build_graph(path, workers=1, cache=cfg["cache"], progress=False, **_build_kwargs(cfg))
-        return _record(Path(path), g, time.perf_counter() - t0, cached=bool(g.meta.get("cache_hit")))
-    except DocumentError as exc:
-        return _record(Path(path), seconds=time.perf_counter() - t0, error=exc)
-    except Exception as exc:  # noqa: BLE001 - one bad file must not stop a corpus build
-        log.exception("unexpected failure on %s", path)
-        return _record(Path(path), seconds=time.perf_counter() - t0, error=exc)
-
-
-def try_cached(path: Path, cfg: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The record of a document already in the cache (no parsing, no torch), else None."""
-    from mage_gym.graph.build import load_graph
-    from mage_gym.graph.errors import DocumentError
-    from mage_gym.graph.store import GraphNotBuiltError
-
-    if not cfg["cache"]:
-        return None
-    t0 = time.perf_counter()
-    try:
-        g = load_graph(path, **_build_kwargs(cfg))
-    except (GraphNotBuiltError, DocumentError):
-        return None  # not built yet, or a bad file: the build task records the typed error
-    return _record(path, g, time.perf_counter() - t0, cached=True)
 
 
 def _pool(workers: int) -> ProcessPoolExecutor:
@@ -149,7 +77,7 @@ def _build_parallel(todo: list[Path], cfg: Mapping[str, Any], workers: int, bar:
             died.append(p)
             continue
         except Exception as exc:  # noqa: BLE001
-            out[str(p)] = _record(p, error=exc)
+            out[str(p)] = document_record(p, error=exc)
         bar.update(1)
     pool.shutdown(wait=True, cancel_futures=True)
     for p in sorted(died):
@@ -157,7 +85,7 @@ def _build_parallel(todo: list[Path], cfg: Mapping[str, Any], workers: int, bar:
         try:
             out[str(p)] = solo.submit(build_one, str(p), dict(cfg)).result()
         except BrokenProcessPool:
-            out[str(p)] = _record(p, error=RuntimeError("worker process died while building (out of memory?)"))
+            out[str(p)] = document_record(p, error=RuntimeError("worker process died while building (out of memory?)"))
         finally:
             solo.shutdown(wait=True, cancel_futures=True)
         bar.update(1)
@@ -199,7 +127,7 @@ def build_corpus(cfg: Mapping[str, Any], progress: bool = True) -> dict[str, Any
     bar = tqdm(total=len(todo), desc=f"build[{cfg['parser']}]", unit="doc", disable=not progress)
     executor = dict(cfg["executor"] or {"name": "local"})
     if executor.get("name", "local") == "ray" and todo:
-        from experiments.common.distributed.build import build_on_ray
+        from mage_gym.bench.distributed.build import build_on_ray
 
         records.update(build_on_ray(todo, cfg, executor, bar))
     elif workers == 1 or len(todo) <= 1:

@@ -334,7 +334,7 @@ def run_script(script: str, tmp_path: Path, *overrides: str, module: bool = Fals
                ok: bool = True) -> subprocess.CompletedProcess:
     """An entry point as a user runs it: ``python experiments/<script>.py`` or ``python -m experiments.<script>``."""
     env = dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    target = ["-m", f"experiments.{script}"] if module else [str(REPO / "experiments" / f"{script}.py")]
+    target = ["-m", f"experiments.{script.replace('/', '.')}"] if module else [str(REPO / "experiments" / f"{script}.py")]
     cmd = [sys.executable, *target, *overrides]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if ok:
@@ -395,7 +395,7 @@ def test_report_on_a_missing_run_dir_says_so_and_creates_nothing(tmp_path) -> No
 
 
 def test_parser_quality_type_accuracy_is_null_without_gold_boxes() -> None:
-    from experiments.parser_quality import format_table, type_accuracy
+    from experiments.quality.parser_quality import format_table, type_accuracy
 
     acc = type_accuracy({"table": {"table": 3, "text": 1}, "chart": {}})
     assert acc == {"table": 0.75, "chart": None}

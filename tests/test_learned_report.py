@@ -1,4 +1,4 @@
-"""experiments/learned_report.py and equal_cost.delta_over_seeds: arms over seeds, against topk_page at equal cost."""
+"""experiments/analysis/learned_report.py and equal_cost.delta_over_seeds: arms over seeds, against topk_page at equal cost."""
 from __future__ import annotations
 
 import json
@@ -10,7 +10,7 @@ import pytest
 from mage_gym.bench.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
 from experiments.common import published
 from experiments.common.published import HEADROOM_CLOSED, render_result, with_headroom_closed
-from experiments.learned_report import main, parse_arm, report
+from experiments.analysis.learned_report import main, parse_arm, report
 
 BUDGET = {"k": 5, "m": 4, "M": 24, "T": 6, "B": 16}
 LABEL = "k5 m4 M24 T6 B16"

@@ -124,7 +124,7 @@ def with_headroom_closed(runs: list[Mapping[str, Any]]) -> list[Mapping[str, Any
 
     def gain(r: Mapping[str, Any]) -> float | None:
         v = (r.get("metrics") or {}).get("delta_recall_at_equal_tokens")
-        if isinstance(v, Mapping):  # a {"mean", "lo", "hi"} cell (experiments/learned_report.py)
+        if isinstance(v, Mapping):  # a {"mean", "lo", "hi"} cell (experiments/analysis/learned_report.py)
             v = v.get("mean")
         return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 

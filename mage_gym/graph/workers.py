@@ -189,7 +189,7 @@ def page_chunks(n: int, workers: int, min_pages: int = 4, max_pages: int = 32) -
     between ``min_pages`` and ``max_pages`` (the cap bounds a worker's memory
     on 500-page filings). Why decreasing: with equal chunks, the worker that
     draws the last one works alone while the other idles; small chunks at the
-    end let both finish together (measured by ``experiments/perf_graph.py``),
+    end let both finish together (measured by ``experiments/perf/perf_graph.py``),
     and large ones at the start keep the per-call overhead low.
     """
     out: list[list[int]] = []

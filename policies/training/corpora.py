@@ -1,6 +1,6 @@
 """The corpora the training-speed scripts run on: train.py's config, the synthetic ``tiny`` corpus, the real mix.
 
-Why a module: ``experiments/perf_train.py`` and ``experiments/perf_update.py``
+Why a module: ``experiments/perf/perf_train.py`` and ``experiments/perf/perf_update.py``
 both build PPO's training envs on these episodes, and scripts never import
 scripts.
 """

@@ -23,7 +23,7 @@ Two changes address the last two and leave the numbers PPO computes alone:
   values and log-probabilities once per rollout and stops with an error
   naming the step count.
 
-Measured by ``experiments/perf_train.py`` (the ``after`` setting uses
+Measured by ``experiments/perf/perf_train.py`` (the ``after`` setting uses
 :func:`learn`, the ``legacy`` one plain ``model.learn``).
 """
 from __future__ import annotations

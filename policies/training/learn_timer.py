@@ -1,7 +1,7 @@
 """Time one SB3 ``learn`` call, split into setup, rollout and update: the timer both sides of perf_train use.
 
-Why a module of its own: ``experiments/perf_train.py`` times this tree and
-``experiments/perf_train_tree.py`` times an older checkout, whose
+Why a module of its own: ``experiments/perf/perf_train.py`` times this tree and
+``experiments/perf/perf_train_tree.py`` times an older checkout, whose
 ``experiments`` package is the old one; the driver loads this file by path
 (it has no imports from the project), so the old and the new code are
 timed by the same lines.

@@ -17,7 +17,7 @@ graphs from the cache, ``train.n_envs`` PPO environments (default 8 x
 ``n_steps`` 128 = 1,024 samples per update whatever the machine; by default
 all in this process sharing one episode provider and graph cache, which
 measured faster than one worker process per env on the real mix with
-identical learning (``experiments/perf_train.py``); ``train.vec_env=subproc``
+identical learning (``experiments/perf/perf_train.py``); ``train.vec_env=subproc``
 gives ``SubprocVecEnv``) with the oracle reader and optional potential-based
 shaping (``train.shaping``), periodic validation every ``train.eval_freq``
 steps keeping the best. Validation envs are never privileged nor shaped:

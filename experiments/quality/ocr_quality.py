@@ -18,7 +18,7 @@ images), and compares word multisets with the text layer:
 
 Run::
 
-    .venv/bin/python experiments/ocr_quality.py --pages 12 --min-short-side 0 1000
+    .venv/bin/python experiments/quality/ocr_quality.py --pages 12 --min-short-side 0 1000
 """
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Run (from the repo root), after one benchmark per training seed on the same episodes:
 
-    .venv/bin/python -m experiments.aggregate_seeds outputs/benchmark/<seed0> outputs/benchmark/<seed1> \
+    .venv/bin/python -m experiments.analysis.aggregate_seeds outputs/benchmark/<seed0> outputs/benchmark/<seed1> \
         outputs/benchmark/<seed2> --out outputs/aggregate/mmlongbench_test
 
 Writes ``<out>/results.json``: ``{"runs": [{"policy", "budget", "dataset", "split", "seeds", "metrics":

@@ -19,7 +19,7 @@ as its last stdout line. Its timer is this tree's
 
     git archive e7c6e2b | tar -x -C /tmp/tree_old
     cd /tmp/tree_old && PYTHONPATH=/tmp/tree_old MAGE_GYM_CACHE=/tmp/cache_old \\
-        /path/to/this/.venv/bin/python /path/to/this/experiments/perf_train_tree.py --tree /tmp/tree_old
+        /path/to/this/.venv/bin/python /path/to/this/experiments/perf/perf_train_tree.py --tree /tmp/tree_old
 """
 from __future__ import annotations
 
@@ -34,12 +34,12 @@ def _learn_timer() -> Any:
     """This tree's :mod:`policies.training.learn_timer`, loaded by file path.
 
     The ``experiments`` package importable here is the *other* tree's, so
-    an import statement would find that tree's copy (or none); the file
-    next to this script is the one ``perf_train.py`` times this tree with.
+    an import statement would find that tree's copy (or none); the file of
+    this checkout is the one ``perf_train.py`` times this tree with.
     """
     import importlib.util
 
-    path = Path(__file__).resolve().parent / "common" / "learn_timer.py"
+    path = Path(__file__).resolve().parents[2] / "policies" / "training" / "learn_timer.py"
     spec = importlib.util.spec_from_file_location("perf_train_learn_timer", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -72,10 +72,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv
 
-    from mage_gym.bench.config import plain, quiet_libraries
-    from mage_gym.bench.envs import make_env
-    from mage_gym.bench.episodes import episode_of, load_episodes, prepare_graphs
-    from policies.training.recipe import evaluate, shaping_kwargs
+    try:  # the harness as a library (trees since issue 32)
+        from mage_gym.bench.config import plain, quiet_libraries
+        from mage_gym.bench.envs import make_env
+        from mage_gym.bench.episodes import episode_of, load_episodes, prepare_graphs
+        from policies.training.recipe import evaluate, shaping_kwargs
+    except ImportError:  # older trees: the same functions under experiments/common
+        from experiments.common.config import plain, quiet_libraries  # type: ignore[no-redef]
+        from experiments.common.envs import make_env  # type: ignore[no-redef]
+        from experiments.common.episodes import episode_of, load_episodes, prepare_graphs  # type: ignore[no-redef]
+        from experiments.common.training import evaluate, shaping_kwargs  # type: ignore[no-redef]
     from policies.ppo import build_model
 
     quiet_libraries()

@@ -16,8 +16,8 @@ them. Each figure is the median of ``--repeats`` new interpreters:
 
 Run::
 
-    .venv/bin/python experiments/perf_import.py                  # writes outputs/perf_import/results.json
-    .venv/bin/python experiments/perf_import.py --parser fast --repeats 9
+    .venv/bin/python experiments/perf/perf_import.py                  # writes outputs/perf_import/results.json
+    .venv/bin/python experiments/perf/perf_import.py --parser fast --repeats 9
 """
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 HEAVY = ("torch", "transformers", "pymupdf4llm", "rapidocr_onnxruntime", "mage_gym.graph.parsers")
 
 _IMPORT_CHILD = """

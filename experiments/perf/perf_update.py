@@ -1,6 +1,6 @@
 """How far PPO's gradient epochs are from their arithmetic floor on this machine.
 
-Why: ``experiments/perf_train.py`` splits ``learn`` into rollout and
+Why: ``experiments/perf/perf_train.py`` splits ``learn`` into rollout and
 update, and on 2 CPU cores the update (``MaskablePPO.train``: ``n_epochs``
 passes over the ``n_envs x n_steps`` samples in minibatches of
 ``batch_size``) is the larger share once the rollout is fast. Whether it
@@ -44,9 +44,9 @@ measured on the same model.
 
 Run::
 
-    .venv/bin/python experiments/perf_update.py                  # outputs/perf_update/results.json
-    .venv/bin/python experiments/perf_update.py --threads 1,2 --repeats 5 --compile   # and torch.compile's figure
-    .venv/bin/python experiments/perf_update.py -- policy.ppo.train.net.hidden=32   # a smaller net's floor
+    .venv/bin/python experiments/perf/perf_update.py                  # outputs/perf_update/results.json
+    .venv/bin/python experiments/perf/perf_update.py --threads 1,2 --repeats 5 --compile   # and torch.compile's figure
+    .venv/bin/python experiments/perf/perf_update.py -- policy.ppo.train.net.hidden=32   # a smaller net's floor
 """
 from __future__ import annotations
 
@@ -233,7 +233,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         ap.error("--repeats and every --threads entry must be >= 1")
     model = build_model(args.overrides, args.synth_docs, args.synth_seed)
     out: dict[str, Any] = {
-        "command": " ".join([Path(sys.executable).name, "experiments/perf_update.py", *(argv or sys.argv[1:])]),
+        "command": " ".join([Path(sys.executable).name, "experiments/perf/perf_update.py", *(argv or sys.argv[1:])]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_start": os.getloadavg()},
         "n_envs": int(model.n_envs), "n_steps": int(model.n_steps), "batch_size": int(model.batch_size),

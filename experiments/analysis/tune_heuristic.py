@@ -2,8 +2,8 @@
 
 Run (from the repo root; dev graphs must be in the cache, this script never tunes on test):
 
-    .venv/bin/python experiments/tune_heuristic.py env.parser=fast logger=none
-    .venv/bin/python experiments/tune_heuristic.py 'datasets=[synth]' dataset.root=data_out/synth/train6_seed0 \
+    .venv/bin/python experiments/analysis/tune_heuristic.py env.parser=fast logger=none
+    .venv/bin/python experiments/analysis/tune_heuristic.py 'datasets=[synth]' dataset.root=data_out/synth/train6_seed0 \
         env.parser=fast '~grid.page_best_min_rel' 'grid.cue_bonus=[0.0,0.05]'
 
 Why equal tokens: the heuristic reads more pages than top-k at the same k, so
@@ -46,7 +46,7 @@ from mage_gym.bench.policy_options import BENCHMARK_OPTIONS, policy_options
 from mage_gym.bench.results import budget_dict, write_json
 
 log = logging.getLogger(__name__)
-_CONF = Path(__file__).resolve().parents[1] / "conf"
+_CONF = Path(__file__).resolve().parents[2] / "conf"
 
 
 def grid_points(grid: Mapping[str, list[Any]], fixed: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -139,7 +139,7 @@ def choose(grid: list[dict[str, Any]], datasets: list[str], split: str) -> int:
     return best_i
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="tune_heuristic")
+@hydra.main(version_base=None, config_path="../../conf", config_name="tune_heuristic")
 @exit_on_config_error
 def main(cfg: DictConfig) -> None:
     quiet_libraries()

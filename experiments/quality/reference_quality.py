@@ -2,9 +2,9 @@
 
 Run (from the repo root; graphs must be in the cache):
 
-    .venv/bin/python experiments/reference_quality.py dataset=mmlongbench parser=fast
-    .venv/bin/python experiments/reference_quality.py dataset=financebench parser=fast
-    .venv/bin/python experiments/reference_quality.py dataset=synth dataset.root=data_out/synth/train_seed0 \
+    .venv/bin/python experiments/quality/reference_quality.py dataset=mmlongbench parser=fast
+    .venv/bin/python experiments/quality/reference_quality.py dataset=financebench parser=fast
+    .venv/bin/python experiments/quality/reference_quality.py dataset=synth dataset.root=data_out/synth/train_seed0 \
         synth_docs=6 parser=fast
 
 Finds every cross-reference mention (:mod:`mage_gym.graph.references`) in the
@@ -157,7 +157,7 @@ def measure(graphs: Iterable[tuple[Any, dict[str, Any] | None]], labels: Mapping
     return res, sample
 
 
-@hydra.main(version_base=None, config_path="../conf", config_name="reference_quality")
+@hydra.main(version_base=None, config_path="../../conf", config_name="reference_quality")
 @exit_on_config_error
 def main(cfg: DictConfig) -> None:
     c = plain(cfg)
@@ -167,7 +167,7 @@ def main(cfg: DictConfig) -> None:
     with open(out / "sample.jsonl", "w", encoding="utf-8") as f:
         for r in sample:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
-    res = {"command": " ".join([".venv/bin/python experiments/reference_quality.py", *sys.argv[1:]]),
+    res = {"command": " ".join([".venv/bin/python experiments/quality/reference_quality.py", *sys.argv[1:]]),
            "dataset": c["dataset"]["name"], "parser": c["parser"], **body}
     write_json(out / "results.json", res)
     show = ("mentions", "mentions_total", "labelled", "precision", "precision_overall")

@@ -19,14 +19,14 @@ graph, then reports:
 * agreement: cosine between the two precisions' element vectors.
 
 ``--dataset financebench --max-pages 1000`` runs it on FinanceBench's filings.
-(Until issue 19 this script was ``experiments/embed_quality.py``, the name the
+(Until issue 19 this script was ``experiments/quality/embed_quality.py``, the name the
 README's embedding tables cite; that name now measures entry-page recall per
 dataset and retrieval channel.)
 
 Run::
 
-    .venv/bin/python experiments/embed_precision.py --docs 10    # writes outputs/embed_precision/results.json
-    .venv/bin/python experiments/embed_precision.py --docs 10 --element-chars 150 200 300 --out outputs/embed_chars
+    .venv/bin/python experiments/quality/embed_precision.py --docs 10    # writes outputs/embed_precision/results.json
+    .venv/bin/python experiments/quality/embed_precision.py --docs 10 --element-chars 150 200 300 --out outputs/embed_chars
 """
 from __future__ import annotations
 

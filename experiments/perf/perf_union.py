@@ -22,8 +22,8 @@ run). Measured, as medians of ``--repeats`` runs (union build) or of
 
 Run::
 
-    .venv/bin/python experiments/perf_union.py                 # writes outputs/perf_union/results.json
-    .venv/bin/python experiments/perf_union.py --pages 50 --repeats 7 --out outputs/perf_union
+    .venv/bin/python experiments/perf/perf_union.py                 # writes outputs/perf_union/results.json
+    .venv/bin/python experiments/perf/perf_union.py --pages 50 --repeats 7 --out outputs/perf_union
 """
 from __future__ import annotations
 

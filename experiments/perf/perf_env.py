@@ -27,10 +27,10 @@ retriever (BM25 + dense, RRF) at reset and at every SearchEvidence. Measures
 
 Run::
 
-    .venv/bin/python experiments/perf_env.py                     # writes outputs/perf_env/results.json
-    .venv/bin/python experiments/perf_env.py --pages 100 --steps 5000 --procs 1
+    .venv/bin/python experiments/perf/perf_env.py                     # writes outputs/perf_env/results.json
+    .venv/bin/python experiments/perf/perf_env.py --pages 100 --steps 5000 --procs 1
     git archive HEAD~1 | tar -x -C /tmp/before && \
-        .venv/bin/python experiments/perf_env.py --procs '' --compare-tree /tmp/before
+        .venv/bin/python experiments/perf/perf_env.py --procs '' --compare-tree /tmp/before
 """
 from __future__ import annotations
 
@@ -160,7 +160,7 @@ def parallel_rate(procs: int, pages: int, elements: int, encoder: str, n_steps: 
 _TREE_WORKER = """
 import json, os, sys
 import mage_gym
-from experiments.perf_env import make_env, run_steps, setup
+from experiments.perf.perf_env import make_env, run_steps, setup
 pages, elements, encoder = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
 steps, repeats = int(sys.argv[4]), int(sys.argv[5])
 load0 = os.getloadavg()[0]
@@ -315,7 +315,7 @@ def main() -> None:
             print(f"speed-up 2 vs 1 processes: {results['speedup_2_vs_1']:.2f}x")
     if args.compare_tree:
         other = Path(args.compare_tree).resolve()
-        this = Path(__file__).resolve().parents[1]
+        this = Path(__file__).resolve().parents[2]
         print(f"this tree vs {other} ({args.compare_rounds} alternating processes each, {args.repeats} x "
               f"{args.steps} steps per process):")
         cmp = compare_trees(this, other, args.compare_rounds, args.pages, args.elements, args.encoder, args.steps,

@@ -33,7 +33,7 @@ corpus, with the same seed and step count. A setting is
 ``--before-tree DIR`` times ``--before`` in another checkout instead of
 this tree's ``legacy`` emulation: the old code itself, its envs built as
 its train.py built them, started beside the new one in the same run
-(:mod:`experiments.perf_train_tree`; its graphs go to ``--before-cache``).
+(:mod:`experiments.perf.perf_train_tree`; its graphs go to ``--before-cache``).
 That is the honest "before" for a target stated against an older figure:
 the legacy emulation runs on today's (faster) env code. ``--warm`` adds a
 second timed ``learn(steps)`` per setting on the same model (caches and
@@ -48,7 +48,7 @@ the trained model at these equal env steps (unshaped, ordinary env), since
 a faster configuration must not learn worse per step.
 
 Why the update is slow, and how far it is from its arithmetic floor: see
-``experiments/perf_update.py``.
+``experiments/perf/perf_update.py``.
 
 Corpora: the synthetic ``tiny`` corpus (generated into the cache when
 missing, fast parser), and the real mix (MMLongBench + FinanceBench train
@@ -58,12 +58,12 @@ counted).
 
 Run::
 
-    .venv/bin/python experiments/perf_train.py                       # outputs/perf_train/results.json
-    .venv/bin/python experiments/perf_train.py --steps 4096 --corpora synth -- train.shaping=false
-    .venv/bin/python experiments/perf_train.py --after subproc:8 --also dummy:2+policy.ppo.train.hparams.n_steps=512
-    .venv/bin/python experiments/perf_train.py --corpora real_mix --repeats 3    # medians of 3 interleaved runs
+    .venv/bin/python experiments/perf/perf_train.py                       # outputs/perf_train/results.json
+    .venv/bin/python experiments/perf/perf_train.py --steps 4096 --corpora synth -- train.shaping=false
+    .venv/bin/python experiments/perf/perf_train.py --after subproc:8 --also dummy:2+policy.ppo.train.hparams.n_steps=512
+    .venv/bin/python experiments/perf/perf_train.py --corpora real_mix --repeats 3    # medians of 3 interleaved runs
     git archive e7c6e2b | tar -x -C /tmp/tree_before                              # train.py before issue 14
-    .venv/bin/python experiments/perf_train.py --corpora real_mix --before dummy:2 --before-tree /tmp/tree_before \
+    .venv/bin/python experiments/perf/perf_train.py --corpora real_mix --before dummy:2 --before-tree /tmp/tree_before \
         --before-cache /tmp/cache_before --also dummy:2:legacy+policy.ppo.train.hparams.n_steps=512 --warm --repeats 3
 """
 from __future__ import annotations
@@ -78,7 +78,7 @@ from typing import Any, Mapping, Sequence
 
 from policies.training.corpora import compose, corpus_episodes
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -154,7 +154,7 @@ def measure_tree(tree: Path, cache: Path, spec: str, steps: int, torch_threads: 
                  warm: bool, overrides: Sequence[str]) -> dict[str, Any]:
     """Setting ``spec`` timed in another checkout ``tree`` (its own code, its graph cache ``cache``).
 
-    Runs :mod:`experiments.perf_train_tree` in a fresh process with ``tree``
+    Runs :mod:`experiments.perf.perf_train_tree` in a fresh process with ``tree``
     as its working directory and on ``PYTHONPATH``; graphs missing from
     ``cache`` are built there first (untimed).
     """
@@ -163,7 +163,7 @@ def measure_tree(tree: Path, cache: Path, spec: str, steps: int, torch_threads: 
 
     kind, n_envs, _ = parse_setting(spec)
     env = {**os.environ, "MAGE_GYM_CACHE": str(cache), "PYTHONPATH": str(tree)}
-    cmd = [sys.executable, str(REPO / "experiments" / "perf_train_tree.py"), "--tree", str(tree), "--steps",
+    cmd = [sys.executable, str(REPO / "experiments" / "perf" / "perf_train_tree.py"), "--tree", str(tree), "--steps",
            str(steps), "--n-envs", str(n_envs), "--kind", kind, "--torch-threads", str(torch_threads),
            "--val-episodes", str(val_episodes), *(["--warm"] if warm else []), *overrides]
     proc = subprocess.run(cmd, cwd=str(tree), env=env, capture_output=True, text=True)
@@ -305,7 +305,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.synth_root = str(cache_root() / "synth" / f"tiny_n{args.synth_docs}_s{args.synth_seed}")
     cfg = compose(base_overrides)
     out: dict[str, Any] = {
-        "command": " ".join([Path(sys.executable).name, "experiments/perf_train.py", *(argv or sys.argv[1:])]),
+        "command": " ".join([Path(sys.executable).name, "experiments/perf/perf_train.py", *(argv or sys.argv[1:])]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_start": os.getloadavg()},
         "steps": args.steps, "hparams": (cfg["policy"]["ppo"].get("train") or {}).get("hparams"),

@@ -21,8 +21,8 @@ noisy; ``load_average`` is recorded beside them.
 
 Run::
 
-    .venv/bin/python experiments/perf_ray.py                   # writes outputs/perf_ray/<time>/results.json
-    .venv/bin/python experiments/perf_ray.py --docs 6 --pages 8 --out /tmp/perf_ray
+    .venv/bin/python experiments/perf/perf_ray.py                   # writes outputs/perf_ray/<time>/results.json
+    .venv/bin/python experiments/perf/perf_ray.py --docs 6 --pages 8 --out /tmp/perf_ray
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 RAY = {"name": "ray", "address": "auto", "cpus_per_task": 1, "max_retries": 2, "object_store_memory": None,
        "actors": None}
 STORE = 100 * 1024 * 1024

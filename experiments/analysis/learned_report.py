@@ -17,7 +17,7 @@ which no policy sees.
 
 Run (from the repo root), after one benchmark per seed and arm on the same test episodes::
 
-    .venv/bin/python -m experiments.learned_report --out outputs/report/mmlongbench \\
+    .venv/bin/python -m experiments.analysis.learned_report --out outputs/report/mmlongbench \\
         --arm imitation=<run s0>,<run s1>,<run s2> --arm imitation+ppo=<run s0>,<run s1>,<run s2>
 
 Rows' ``metrics``: means over seeds of ``reward``, ``support``,

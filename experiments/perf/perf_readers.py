@@ -1,6 +1,6 @@
 """Reader performance: cache-hit latency, SmolLM2 load time (first and cached), seconds per answer.
 
-Run:  .venv/bin/python experiments/perf_readers.py [--hits 2000] [--answers 3] [--out results.json]
+Run:  .venv/bin/python experiments/perf/perf_readers.py [--hits 2000] [--answers 3] [--out results.json]
 
 Prints medians (never asserted in tests). Targets from the readers issue:
 cache hit < 1 ms; SmolLM2 reader load < 5 s after the first run. Load times

@@ -2,8 +2,8 @@
 
 Run (from the repo root):
 
-    .venv/bin/python experiments/dataset_stats.py dataset=mmlongbench
-    .venv/bin/python experiments/dataset_stats.py dataset=financebench dataset.split=test dataset.limit=10
+    .venv/bin/python experiments/quality/dataset_stats.py dataset=mmlongbench
+    .venv/bin/python experiments/quality/dataset_stats.py dataset=financebench dataset.split=test dataset.limit=10
 
 Prints counts by split, answer format, evidence type and gold page count, the
 defect flags and skipped questions, and writes ``results.json`` in the Hydra
@@ -92,7 +92,7 @@ def _print(stats: dict[str, Any], n_notes: int) -> None:
         print(f"  note: {note}")
 
 
-@hydra.main(config_path="../conf", config_name="dataset_stats", version_base="1.3")
+@hydra.main(config_path="../../conf", config_name="dataset_stats", version_base="1.3")
 def main(cfg: DictConfig) -> dict[str, Any]:
     from hydra.core.hydra_config import HydraConfig
 

@@ -23,8 +23,8 @@ Measures (medians over ``--repeats`` runs):
 
 Run (takes a few minutes; other jobs on the machine inflate the numbers)::
 
-    .venv/bin/python experiments/perf_graph.py                       # writes outputs/perf_graph/results.json
-    .venv/bin/python experiments/perf_graph.py --parsers fast --repeats 3 --skip memory ocr
+    .venv/bin/python experiments/perf/perf_graph.py                       # writes outputs/perf_graph/results.json
+    .venv/bin/python experiments/perf/perf_graph.py --parsers fast --repeats 3 --skip memory ocr
 """
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 from mage_gym.data.io import data_root
 

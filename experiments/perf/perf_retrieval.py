@@ -17,8 +17,8 @@ The graph has random unit vectors and random-word texts (no PDF, no model).
 
 Run::
 
-    .venv/bin/python experiments/perf_retrieval.py            # writes outputs/perf_retrieval/results.json
-    .venv/bin/python experiments/perf_retrieval.py --pages 100 --no-encoder
+    .venv/bin/python experiments/perf/perf_retrieval.py            # writes outputs/perf_retrieval/results.json
+    .venv/bin/python experiments/perf/perf_retrieval.py --pages 100 --no-encoder
 """
 from __future__ import annotations
 

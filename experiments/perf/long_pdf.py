@@ -20,14 +20,14 @@ long build costs, for each parser:
   without vectors and not cached (word coverage does not depend on them).
 
 It imports only ``mage_gym``, so the same file measures an older checkout
-too: ``PYTHONPATH=/path/to/old/checkout python experiments/long_pdf.py ...``.
+too: ``PYTHONPATH=/path/to/old/checkout python experiments/perf/long_pdf.py ...``.
 
 Run (the 3,000-page build takes minutes; other jobs on the machine inflate
 the times)::
 
-    .venv/bin/python experiments/long_pdf.py --out outputs/long_pdf
-    .venv/bin/python experiments/long_pdf.py --pages 300 --parsers fast --out outputs/long_pdf_small
-    .venv/bin/python experiments/long_pdf.py --pages 0 --parsers fast \\
+    .venv/bin/python experiments/perf/long_pdf.py --out outputs/long_pdf
+    .venv/bin/python experiments/perf/long_pdf.py --pages 300 --parsers fast --out outputs/long_pdf_small
+    .venv/bin/python experiments/perf/long_pdf.py --pages 0 --parsers fast \\
         --word-share ../shared/data/financebench-dev/pdfs --out outputs/long_pdf_words
 
 Writes ``results.json`` in ``--out``: ``{"config", "long": {parser: {...}},

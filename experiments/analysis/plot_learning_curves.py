@@ -11,9 +11,9 @@ line marks where PPO fine-tuning starts in a ``dagger_ppo`` run.
 
 Run::
 
-    .venv/bin/python experiments/plot_learning_curves.py outputs/ppo_3seeds_v3/*/ --out docs/results/ppo_learning_curves.png
+    .venv/bin/python experiments/analysis/plot_learning_curves.py outputs/ppo_3seeds_v3/*/ --out docs/results/ppo_learning_curves.png
     # with the points as a publishable results.json beside the figure:
-    .venv/bin/python experiments/plot_learning_curves.py RUN... --out outputs/curves/learning_curves.png \
+    .venv/bin/python experiments/analysis/plot_learning_curves.py RUN... --out outputs/curves/learning_curves.png \
         --results outputs/curves/results.json
 """
 from __future__ import annotations

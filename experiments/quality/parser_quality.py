@@ -2,9 +2,9 @@
 
 Run (from the repo root):
 
-    .venv/bin/python experiments/parser_quality.py parser=layout
-    .venv/bin/python experiments/parser_quality.py parser=fast limit_docs=5
-    .venv/bin/python experiments/parser_quality.py parser=layout +parser_cfg.image_ocr=layout
+    .venv/bin/python experiments/quality/parser_quality.py parser=layout
+    .venv/bin/python experiments/quality/parser_quality.py parser=fast limit_docs=5
+    .venv/bin/python experiments/quality/parser_quality.py parser=layout +parser_cfg.image_ocr=layout
 
 For every MMLongBench-Doc dev PDF with MMDocIR region boxes, parses only the
 pages that carry gold boxes (pages without a text layer go through OCR, as in
@@ -173,7 +173,7 @@ def format_table(res: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-@hydra.main(config_path="../conf", config_name="parser_quality", version_base=None)
+@hydra.main(config_path="../../conf", config_name="parser_quality", version_base=None)
 @exit_on_config_error
 def main(cfg: DictConfig) -> None:
     res = evaluate(cfg)

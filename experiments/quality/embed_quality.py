@@ -69,17 +69,17 @@ Run (page-text vectors are computed on first use and cached under
 ``$MAGE_GYM_CACHE/page_text``), choosing before any test figure is computed::
 
     # 1. choose on train (val reported); set HYBRID_PRESETS["hybrid_pages"] and conf/retriever/hybrid_pages.yaml
-    .venv/bin/python experiments/embed_quality.py --synth-root data_out/synth/train24_s6 --select \\
+    .venv/bin/python experiments/quality/embed_quality.py --synth-root data_out/synth/train24_s6 --select \\
         --splits train val --out outputs/embed_quality_select
     # 2. measure every split; selection.preset_matches_chosen must be true
-    .venv/bin/python experiments/embed_quality.py --synth-root data_out/synth/train24_s6 --select \\
+    .venv/bin/python experiments/quality/embed_quality.py --synth-root data_out/synth/train24_s6 --select \\
         --out outputs/embed_quality
     # the adaptive fusion: choose on train + val, set mage_gym.retrieval.hybrid.HYBRID_ADAPTIVE, then measure all
-    .venv/bin/python experiments/embed_quality.py --synth-root data_out/synth/train24_s6 --select-adaptive \\
+    .venv/bin/python experiments/quality/embed_quality.py --synth-root data_out/synth/train24_s6 --select-adaptive \\
         --splits train val --out outputs/embed_quality_adaptive_select
     # the learned fusion: fit on train, choose on val, write the shipped model; then measure all with --select-learned
     # (learned_selection.shipped_matches_chosen must be true)
-    .venv/bin/python experiments/embed_quality.py --synth-root data_out/synth/train24_s6 --select-learned \
+    .venv/bin/python experiments/quality/embed_quality.py --synth-root data_out/synth/train24_s6 --select-learned \
         --splits train val --save-learned mage_gym/retrieval/learned_fusion.json --out outputs/embed_quality_learned
 """
 from __future__ import annotations
@@ -597,7 +597,7 @@ def markdown(results: dict[str, Any]) -> str:
     """The tables the docs cite, generated from ``results.json`` alone."""
     names = (*CHANNELS, *FUSED)
     ks = [f"R@{k}" for k in results["config"]["ks"]]
-    lines = [f"# Entry-page recall (`experiments/embed_quality.py`, parser `{results['config']['parser']}`)", "",
+    lines = [f"# Entry-page recall (`experiments/quality/embed_quality.py`, parser `{results['config']['parser']}`)", "",
              f"`{results['command']}` ({results['date']}, commit `{results['commit']}`)", "",
              "Page recall of the top-k pages (the env's `evidence_page_recall`; `env_default` at k=5 = topk_page, "
              "visual). Cells: " + " / ".join(ks) + ".", ""]
@@ -803,9 +803,9 @@ def main() -> None:
     from experiments.common.published import current_commit
 
     results: dict[str, Any] = {
-        "command": " ".join([".venv/bin/python experiments/embed_quality.py", *map(shlex.quote, sys.argv[1:])]),
+        "command": " ".join([".venv/bin/python experiments/quality/embed_quality.py", *map(shlex.quote, sys.argv[1:])]),
         "date": datetime.date.today().isoformat(),
-        "commit": current_commit(Path(__file__).resolve().parents[1]),
+        "commit": current_commit(Path(__file__).resolve().parents[2]),
         "config": {**vars(args), "ks": list(args.ks)},
         "retrievers": {"hybrid_pages": HYBRID_PRESETS["hybrid_pages"], "hybrid_elements": HYBRID_PRESETS[
             "hybrid_elements"], "hybrid_adaptive": dict(HYBRID_ADAPTIVE), "env_default": f"hybrid = {DEFAULT_HYBRID}",

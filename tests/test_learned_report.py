@@ -132,7 +132,7 @@ def test_arms_are_named_compared_on_the_plans_own_k_and_averaged(tmp_path: Path)
     assert "| imitation | synth | test | all | k=5 m=4 M=24 T=6 B=16 | visual | 60 |" in md
     assert "0.150 [" in md and "| interpretable |" not in md
     small = {"mean": 0.1, "lo": 0.0, "hi": 0.2, "n": 7, "interpretable": False}
-    assert published._fmt(small) == "0.100 [0.000, 0.200] (n=7: under 30)"  # a small test set says so
+    assert published.format_cell(small) == "0.100 [0.000, 0.200] (n=7: under 30)"  # a small test set says so
 
 
 def test_a_curve_in_another_render_mode_is_not_used(tmp_path: Path) -> None:

@@ -4,20 +4,32 @@ Why a folder per result: every number in ``docs/RESULTS.md`` must be traceable
 to the command that produced it, when, and at which commit, and must never be
 typed by hand. ``publish`` copies a run's ``results.json`` (and any figures
 next to it) under ``docs/results/<name>/`` with a ``provenance.json``
-(``command``, ``date``, ``commit``); ``render`` turns every published result
-into the markdown of ``docs/RESULTS.md``. Both are plain functions so tests can
-call them on temporary folders.
+(``command``, ``date``, ``commit``; optionally a one-line ``title``, and
+``superseded_by`` / ``superseded_because`` once a later run replaces it, see
+:func:`supersede`). :func:`load_published` reads them back;
+:func:`result_tables` turns one result into markdown tables, which
+:mod:`experiments.common.results_index` assembles into a page per run and the
+index ``docs/RESULTS.md``. All are plain functions so tests can call them on
+temporary folders.
+
+Machine paths (a checkout's absolute path, another machine's cache) mean
+nothing to a reader: :func:`portable_paths` rewrites them in every rendered
+cell and in the commands ``publish`` stores.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
+import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 PROVENANCE_KEYS = ("command", "date", "commit")
+#: optional provenance keys: a one-line description, and the run that replaces this one (with why)
+TITLE, SUPERSEDED_BY, SUPERSEDED_BECAUSE = "title", "superseded_by", "superseded_because"
 #: figures copied beside a published results.json (the doc links them)
 FIGURE_SUFFIXES = (".png", ".svg")
 #: headline metrics shown first in a benchmark table (others follow in their stored order)
@@ -40,10 +52,12 @@ def current_commit(repo: Path) -> str:
 
 
 def publish(run_dir: Path, name: str, command: str, results_root: Path, repo: Path,
-            date: str | None = None, commit: str | None = None) -> Path:
+            date: str | None = None, commit: str | None = None, title: str | None = None) -> Path:
     """Copy ``run_dir/results.json`` (+ figures) to ``results_root/name/`` with its provenance.
 
-    ``commit`` names the code that produced the run when it is not the checkout's current state (default).
+    ``commit`` names the code that produced the run when it is not the checkout's current state (default);
+    ``title`` is the one line the index shows beside the run's link. The stored command goes through
+    :func:`portable_paths` (no machine's absolute paths in the docs).
     """
     src = Path(run_dir) / "results.json"
     if not src.is_file():
@@ -59,12 +73,72 @@ def publish(run_dir: Path, name: str, command: str, results_root: Path, repo: Pa
     for fig in sorted(Path(run_dir).iterdir()):
         if fig.suffix in FIGURE_SUFFIXES:
             shutil.copy2(fig, dest / fig.name)
-    prov = {"command": command, "date": date or _dt.date.today().isoformat(), "commit": commit or current_commit(repo)}
-    (dest / "provenance.json").write_text(json.dumps(prov, indent=1) + "\n")
+    prov: dict[str, Any] = {"command": portable_paths(command), "date": date or _dt.date.today().isoformat(),
+                            "commit": commit or current_commit(repo)}
+    if title:
+        prov[TITLE] = " ".join(title.split())
+    _write_provenance(dest, prov)
     return dest
 
 
-def _fmt(v: Any) -> str:
+def _write_provenance(folder: Path, prov: Mapping[str, Any]) -> None:
+    (folder / "provenance.json").write_text(json.dumps(prov, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
+
+
+def supersede(results_root: Path, name: str, by: str, because: str) -> Path:
+    """Mark published result ``name`` as replaced by ``by`` (another published result), saying why.
+
+    Why marked rather than deleted: the docs keep the lineage (the index lists it under superseded runs,
+    its page says what replaced it); delete the folder instead when nothing should point at it any more.
+    """
+    root = Path(results_root)
+    for n in (name, by):
+        if not (root / n / "results.json").is_file():
+            raise FileNotFoundError(f"{root / n} holds no published results.json")
+    if name == by:
+        raise ValueError(f"{name} cannot supersede itself")
+    if not because.strip():
+        raise ValueError("say why the run is superseded (--because)")
+    folder = root / name
+    res = json.loads((folder / "results.json").read_text())
+    prov = dict(provenance_of(folder, res))
+    prov[SUPERSEDED_BY], prov[SUPERSEDED_BECAUSE] = by, " ".join(because.split())
+    _write_provenance(folder, prov)
+    return folder
+
+
+#: roots whose paths mean the same on every machine (kept as they are)
+_SYSTEM_ROOTS = ("tmp", "dev", "usr", "bin", "etc", "proc", "sys", "var")
+_ABSOLUTE_PATH = re.compile(r"(^|[\s=(\[,'\"`])(/[\w.+-]+(?:/[\w.+-]*)*)")
+
+
+def _portable_path(path: str) -> str:
+    parts = [p for p in path.split("/") if p]
+    if not parts or parts[0] in _SYSTEM_ROOTS:
+        return path
+    if ".cache" in parts and parts[parts.index(".cache") + 1:][:1] == ["mage_gym"]:
+        rest = parts[parts.index(".cache") + 2:]
+        return "/".join(["$MAGE_GYM_CACHE", *rest])
+    if "outputs" in parts:  # a run directory inside a checkout: relative to the repository
+        return "/".join(parts[parts.index("outputs"):])
+    keep = 3 if len(parts) >= 3 and "." in parts[-1] else 2  # a file keeps its folder's parent too
+    return "…/" + "/".join(parts[-keep:])
+
+
+def portable_paths(text: str) -> str:
+    """``text`` with each machine-specific absolute path rewritten: the graph cache as ``$MAGE_GYM_CACHE/...``,
+    a run folder inside a checkout relative to it (``outputs/...``), anything else as ``…/`` and its last two
+    components (three for a file), e.g. ``/work/coord/s4/runs/testB_s0`` -> ``…/runs/testB_s0``.
+
+    Why: a reader cannot open another machine's ``/work/...``; the last components still name the run or tree.
+    System paths (``/tmp``, ``/dev``, ``/usr``, ...) and URLs are left alone.
+    """
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1) + _portable_path(m.group(2)), text)
+
+
+def format_cell(v: Any) -> str:
+    """One table cell: 3 decimals (thousands grouped from 1,000), ``n/a`` for null, a ``{"mean", "lo", "hi"}``
+    interval as ``mean [lo, hi]`` (saying so when it rests on under 30 questions), text with portable paths."""
     if v is None:
         return "n/a"
     if isinstance(v, bool):
@@ -73,13 +147,14 @@ def _fmt(v: Any) -> str:
         return f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
     if isinstance(v, Mapping) and {"mean", "lo", "hi"} <= set(v):
         small = f" (n={v.get('n')}: under 30)" if v.get("interpretable") is False else ""
-        return f"{_fmt(v['mean'])} [{_fmt(v['lo'])}, {_fmt(v['hi'])}]{small}"
-    return str(v)
+        return f"{format_cell(v['mean'])} [{format_cell(v['lo'])}, {format_cell(v['hi'])}]{small}"
+    return portable_paths(str(v)).replace("|", "\\|")
 
 
-def _table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
+def cells_table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
+    """A markdown table, each cell through :func:`format_cell`."""
     out = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    out += ["| " + " | ".join(_fmt(c) for c in row) + " |" for row in rows]
+    out += ["| " + " | ".join(format_cell(c) for c in row) + " |" for row in rows]
     return out
 
 
@@ -88,10 +163,11 @@ def _is_cell(v: Any) -> bool:
         isinstance(v, Mapping) and {"mean", "lo", "hi"} <= set(v))
 
 
-def _budget_label(b: Any) -> str:
+def budget_text(b: Any) -> str:
+    """A budget as ``k=5 m=4 M=24 T=6 B=16``."""
     if isinstance(b, Mapping):
         return " ".join(f"{k}={b[k]}" for k in ("k", "m", "M", "T", "B") if k in b)
-    return _fmt(b)
+    return format_cell(b)
 
 
 #: a column derived at render time (not stored in results.json): see :func:`with_headroom_closed`
@@ -157,19 +233,19 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
     metric_keys = metric_keys[:MAX_COLUMNS] + derived
     rows = []
     for r in runs:
-        cells = [_budget_label(r.get(k)) if k == "budget" else r.get(k) for k in ident]
+        cells = [budget_text(r.get(k)) if k == "budget" else r.get(k) for k in ident]
         if r.get("privileged"):
             cells[0] = f"{cells[0]} (privileged)"
         rows.append(cells + [(r.get("metrics") or {}).get(k) for k in metric_keys])
-    out = _table(ident + metric_keys, rows)
+    out = cells_table(ident + metric_keys, rows)
     for r in runs:  # metrics that map names to numbers (per relation, per channel): one small table per run
-        title = " ".join(str(_budget_label(r.get(k)) if k == "budget" else r.get(k)) for k in ident)
+        title = " ".join(str(budget_text(r.get(k)) if k == "budget" else r.get(k)) for k in ident)
         for name, v in (r.get("metrics") or {}).items():  # lists of records (per turn): one row per record
             if isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v):
                 cols = list(dict.fromkeys(k for x in v for k in x))
-                out += ["", f"{title}, {name}:", ""] + _table(cols, [[x.get(c) for c in cols] for x in v])
+                out += ["", f"{title}, {name}:", ""] + cells_table(cols, [[x.get(c) for c in cols] for x in v])
         if isinstance(r.get("evaluator"), Mapping) and r["evaluator"]:  # how an LLM evaluator's rounds were decided
-            out += ["", f"{title}, evaluator:", ""] + _table(list(r["evaluator"]), [list(r["evaluator"].values())])
+            out += ["", f"{title}, evaluator:", ""] + cells_table(list(r["evaluator"]), [list(r["evaluator"].values())])
         nested = {k: _spread_lists(v) for k, v in (r.get("metrics") or {}).items()
                   if isinstance(v, Mapping) and v and not _is_cell(v)}  # a {"mean", "lo", "hi"} cell is in the row
         nested = {k: v for k, v in nested.items()
@@ -180,7 +256,7 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
         for name, v in nested.items():  # metrics over the same keys share a table
             groups.setdefault(tuple(v), {})[name] = v
         for keys, group in groups.items():
-            out += ["", f"{title}:", ""] + _table(["", *group], [[k, *(v.get(k) for v in group.values())]
+            out += ["", f"{title}:", ""] + cells_table(["", *group], [[k, *(v.get(k) for v in group.values())]
                                                                  for k in keys])
     return out
 
@@ -225,38 +301,92 @@ def provenance_of(folder: Path, res: Any) -> dict[str, Any]:
     return {}
 
 
-def render_result(name: str, folder: Path) -> list[str]:
-    """Markdown for one published result: heading, provenance line, table(s), figures."""
-    res = json.loads((folder / "results.json").read_text())
-    prov = provenance_of(folder, res)
+@dataclass(frozen=True)
+class PublishedResult:
+    """One published result: ``name`` is its folder under the results root (``perf_env/run1``)."""
+
+    name: str
+    folder: Path
+    results: Any
+    provenance: Mapping[str, Any]
+
+    @property
+    def title(self) -> str:
+        return str(self.provenance.get(TITLE) or "")
+
+    @property
+    def superseded_by(self) -> str | None:
+        return self.provenance.get(SUPERSEDED_BY) or None
+
+    @property
+    def superseded_because(self) -> str:
+        return str(self.provenance.get(SUPERSEDED_BECAUSE) or "")
+
+    @property
+    def runs(self) -> list[Mapping[str, Any]] | None:
+        """The rows of a ``{"runs": [...]}`` file (benchmark, report, training, headroom), else None."""
+        runs = self.results.get("runs") if isinstance(self.results, Mapping) else None
+        if isinstance(runs, list) and runs and all(isinstance(r, Mapping) for r in runs):
+            return runs
+        return None
+
+    @property
+    def figures(self) -> list[str]:
+        return sorted(p.name for p in self.folder.iterdir() if p.suffix in FIGURE_SUFFIXES)
+
+
+def load_result(name: str, folder: Path) -> PublishedResult:
+    """Read ``folder/results.json`` and its provenance; a broken file or a missing command/date/commit is an error."""
+    path = Path(folder) / "results.json"
+    try:
+        res = json.loads(path.read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path} is not valid JSON ({e}); publish results with experiments/results_doc.py") from e
+    prov = provenance_of(Path(folder), res)
     missing = [k for k in PROVENANCE_KEYS if not prov.get(k)]
     if missing:
         raise ValueError(f"{folder}: provenance lacks {missing}; publish results with experiments/results_doc.py")
-    lines = [f"## {name}", "", f"`{prov['command']}`  ", f"run {prov['date']} at commit `{prov['commit']}`", ""]
+    return PublishedResult(name, Path(folder), res, prov)
+
+
+def load_published(results_root: Path) -> list[PublishedResult]:
+    """Every result under ``results_root`` (a folder holding a ``results.json``), sorted by name.
+
+    A ``superseded_by`` that names no published result is an error, so the docs never link to nothing.
+    """
+    root = Path(results_root)
+    folders = sorted(p.parent for p in root.rglob("results.json")) if root.is_dir() else []
+    out = [load_result(f.relative_to(root).as_posix(), f) for f in folders]
+    names = {r.name for r in out}
+    for r in out:
+        if r.superseded_by is not None and (r.superseded_by not in names or r.superseded_by == r.name):
+            raise ValueError(f"{r.folder}/provenance.json: superseded_by {r.superseded_by!r} is not another "
+                             "published result")
+    return out
+
+
+def result_tables(res: Any) -> list[str]:
+    """Markdown tables of one ``results.json``: a ``runs`` file as one row per run (plus per-run detail
+    tables), every other field flattened into ``field | value`` rows. Any JSON value renders."""
+    lines: list[str] = []
     if isinstance(res, Mapping) and isinstance(res.get("runs"), list) and res["runs"] and all(
             isinstance(r, Mapping) for r in res["runs"]):
         lines += _runs_table(res["runs"])
-        rest = {k: v for k, v in res.items() if k != "runs"}
+        rest: Any = {k: v for k, v in res.items() if k != "runs"}
     else:
         rest = res
     rest = {k: v for k, v in rest.items() if k not in PROVENANCE_KEYS} if isinstance(rest, Mapping) else rest
-    if rest:
-        pairs = [(k, v) for k, v in _flatten(rest) if k]
-        lines += ([""] if lines[-1] else []) + _table(["field", "value"], [[k, v] for k, v in pairs])
-    figs = sorted(p.name for p in folder.iterdir() if p.suffix in FIGURE_SUFFIXES)
-    lines += [""] + [f"![{f}](results/{name}/{f})" for f in figs] if figs else []
+    if rest is not None and rest != {}:
+        pairs = [(k or "value", v) for k, v in _flatten(rest)]
+        lines += ([""] if lines else []) + cells_table(["field", "value"], [[k, v] for k, v in pairs])
+    return lines
+
+
+def render_result(name: str, folder: Path) -> list[str]:
+    """Markdown for one published result as a section: heading, provenance line, table(s), figures."""
+    r = load_result(name, folder)
+    lines = [f"## {name}", "", f"`{portable_paths(r.provenance['command'])}`  ",
+             f"run {r.provenance['date']} at commit `{r.provenance['commit']}`", ""]
+    lines += result_tables(r.results)
+    lines += [""] + [f"![{f}](results/{name}/{f})" for f in r.figures] if r.figures else []
     return lines + [""]
-
-
-def render(results_root: Path, generator_command: str) -> str:
-    """The whole ``docs/RESULTS.md``: every published result, sorted by name."""
-    root = Path(results_root)
-    folders = sorted(p.parent for p in root.rglob("results.json")) if root.is_dir() else []
-    head = ["# Measured results", "",
-            f"Generated by `{generator_command}` from `docs/results/*/results.json`; do not edit by hand.",
-            "Each section names the command, date and commit that produced it. Figures are measured on the",
-            "reference machine (2 shared CPU cores, no GPU) unless the command says otherwise.", ""]
-    body: list[str] = []
-    for f in folders:
-        body += render_result(f.relative_to(root).as_posix(), f)
-    return "\n".join(head + body).rstrip() + "\n"

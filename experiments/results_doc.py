@@ -19,8 +19,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from experiments.common.published import publish, supersede
-from experiments.common.results_index import INDEX_LIMIT_BYTES, write_docs
+from mage_gym.bench.published import publish, supersede
+from mage_gym.bench.results_index import INDEX_LIMIT_BYTES, write_docs
 
 REPO = Path(__file__).resolve().parent.parent
 RENDER_COMMAND = ".venv/bin/python -m experiments.results_doc render"

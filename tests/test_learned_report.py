@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from mage_gym.bench.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
-from experiments.common import published
-from experiments.common.published import HEADROOM_CLOSED, render_result, with_headroom_closed
+from mage_gym.bench import published
+from mage_gym.bench.published import HEADROOM_CLOSED, render_result, with_headroom_closed
 from experiments.analysis.learned_report import main, parse_arm, report
 
 BUDGET = {"k": 5, "m": 4, "M": 24, "T": 6, "B": 16}

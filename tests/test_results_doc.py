@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common.published import load_published, portable_paths, publish, result_tables, supersede
-from experiments.common.results_index import (
+from mage_gym.bench.published import load_published, portable_paths, publish, result_tables, supersede
+from mage_gym.bench.results_index import (
     GENERATED_MARK,
     INDEX_LIMIT_BYTES,
     PAGE_NAME,
@@ -251,7 +251,7 @@ def test_rendering_is_deterministic_and_independent_of_where_the_repo_lies(tmp_p
 
 
 def test_the_share_of_the_oracles_headroom_is_derived_per_dataset_split_and_budget() -> None:
-    from experiments.common.published import HEADROOM_CLOSED, with_headroom_closed
+    from mage_gym.bench.published import HEADROOM_CLOSED, with_headroom_closed
 
     def run(policy: str, dataset: str, delta: float | None, privileged: bool = False) -> dict:
         return {"policy": policy, "privileged": privileged, "budget": {"k": 5}, "dataset": dataset, "split": "test",
@@ -259,15 +259,16 @@ def test_the_share_of_the_oracles_headroom_is_derived_per_dataset_split_and_budg
 
     runs = [run("topk_page", "a", None), run("ppo", "a", 0.05), run("oracle", "a", 0.2, privileged=True),
             run("ppo", "b", 0.05), run("oracle", "b", 0.0, privileged=True), run("ppo", "c", 0.05),
-            run("heuristic", "d", 0.1), run("oracle", "d", 0.4)]  # d: an older file without the privileged mark
+            run("heuristic", "d", 0.1), run("oracle", "d", 0.4)]  # d: no privileged mark, so no oracle in d
     got = [r["metrics"].get(HEADROOM_CLOSED) for r in with_headroom_closed(runs)]
-    # a: 0.05 / 0.2; the oracle itself, topk_page (no delta), b (no headroom) and c (no oracle) get none
-    assert got == [None, pytest.approx(0.25), None, None, None, None, pytest.approx(0.25), None]
+    # a: 0.05 / 0.2; the oracle itself, topk_page (no delta), b (no headroom), c and d (no marked oracle) get none;
+    # the benchmark marks every privileged row, and every published file has the mark
+    assert got == [None, pytest.approx(0.25), None, None, None, None, None, None]
     assert runs[1]["metrics"] == {"delta_recall_at_equal_tokens": 0.05}  # the input is left as it was
 
 
 def test_the_headroom_column_is_rendered_after_the_capped_metric_columns(tmp_path: Path) -> None:
-    from experiments.common.published import MAX_COLUMNS, _runs_table
+    from mage_gym.bench.published import MAX_COLUMNS, _runs_table
 
     metrics = {f"m{i}": float(i) for i in range(MAX_COLUMNS + 2)}
     runs = [{"policy": "ppo", "dataset": "a", "split": "test", "metrics": {**metrics, "delta_recall_at_equal_tokens": 0.1}},

@@ -800,7 +800,7 @@ def main() -> None:
     missing: dict[str, set[str]] = defaultdict(set)
     skipped: dict[str, int] = defaultdict(int)  # "dataset/split" -> questions of documents without a graph
     data: dict[str, dict[str, list[QuestionScores]]] = {}
-    from experiments.common.published import current_commit
+    from mage_gym.bench.published import current_commit
 
     results: dict[str, Any] = {
         "command": " ".join([".venv/bin/python experiments/quality/embed_quality.py", *map(shlex.quote, sys.argv[1:])]),

@@ -97,7 +97,7 @@ def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg:
         path.parent.mkdir(parents=True, exist_ok=True)
         env_cfg["trace_path"] = str(path)
     executor = dict(cfg.get("executor") or {})
-    if executor.get("name", "local") == "ray":  # same episodes and seeds on Ray actors (experiments/common/distributed)
+    if executor.get("name", "local") == "ray":  # same episodes and seeds on Ray actors (mage_gym/bench/distributed)
         from mage_gym.bench.distributed.episodes import play_on_ray
         from mage_gym.env.env import effective_render_mode
 

@@ -12,7 +12,7 @@ process assembles the document from the chunks' prepared pages and vectors
 (:mod:`.assemble`). The chunks can also run elsewhere: any
 ``chunk_executor`` with ``submit(fn, *args) -> concurrent.futures.Future``
 replaces the pool (a Ray cluster does, in
-``experiments/common/distributed/build.py``).
+``mage_gym/bench/distributed/build.py``).
 
 Ctrl-C: a ``KeyboardInterrupt`` in the calling process cancels the chunks not
 yet started and terminates the workers (a chunk of layout pages would

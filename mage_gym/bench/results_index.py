@@ -31,7 +31,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
-from experiments.common.published import (
+from mage_gym.bench.published import (
     FIGURE_SUFFIXES,
     HEADROOM_CLOSED,
     PublishedResult,

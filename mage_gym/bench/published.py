@@ -8,7 +8,7 @@ next to it) under ``docs/results/<name>/`` with a ``provenance.json``
 ``superseded_by`` / ``superseded_because`` once a later run replaces it, see
 :func:`supersede`). :func:`load_published` reads them back;
 :func:`result_tables` turns one result into markdown tables, which
-:mod:`experiments.common.results_index` assembles into a page per run and the
+:mod:`mage_gym.bench.results_index` assembles into a page per run and the
 index ``docs/RESULTS.md``. All are plain functions so tests can call them on
 temporary folders.
 
@@ -175,16 +175,8 @@ HEADROOM_CLOSED = "headroom_closed_at_equal_tokens"
 
 
 def _privileged(run: Mapping[str, Any]) -> bool:
-    """A run marked privileged, or of a registered policy whose class reads gold (older files lack the mark)."""
-    if run.get("privileged"):
-        return True
-    from mage_gym.bench.benchmark import is_privileged
-    from policies import REGISTRY
-
-    try:
-        return is_privileged(str(run.get("policy")), REGISTRY)
-    except ValueError:  # not a registered policy (a channel, a setting)
-        return False
+    """A run of a policy that reads gold: the benchmark marks such rows (``"privileged": true``)."""
+    return bool(run.get("privileged"))
 
 
 def with_headroom_closed(runs: list[Mapping[str, Any]]) -> list[Mapping[str, Any]]:

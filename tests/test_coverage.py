@@ -178,8 +178,8 @@ def test_env_end_of_episode_uses_the_rule() -> None:
 
 def test_run_summaries_report_unanswerable_apart() -> None:
     """Evidence means and their n are over questions with gold; the breakdown splits answerable / unanswerable."""
-    from experiments.common.metrics import breakdown, metric_counts, summarise
-    from policies.runner import run_episode
+    from mage_gym.bench.metrics import breakdown, metric_counts, summarise
+    from mage_gym.bench.play import run_episode
     from policies.topk_page import TopKPagePolicy
 
     pairs = toy_episodes()

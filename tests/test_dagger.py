@@ -184,7 +184,7 @@ def test_oracle_label_sets_hold_its_action_first_and_only_valid_actions(train_pa
     sizes = []
     for i, eid in enumerate(ids(train_pairs)):
         obs, _ = env.reset(seed=i, options={"episode_id": eid})
-        from policies.base import EnvInfo
+        from mage_gym.bench.protocol import EnvInfo
 
         teacher.reset(EnvInfo.from_env(env, seed=i))
         done = False

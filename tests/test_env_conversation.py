@@ -14,7 +14,7 @@ from mage_gym.env.state import ACTIVATED, OPENED
 from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.testing import toy_conversation, toy_crossdoc
 from policies import POLICIES, get_policy
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 QF = hash_query_fn(16)
 

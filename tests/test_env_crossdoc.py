@@ -13,7 +13,7 @@ from mage_gym.env.observation import NUMERIC_KEYS
 from mage_gym.graph.union import UnionGraph
 from mage_gym.testing import toy_crossdoc
 from policies import get_policy
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 QF = hash_query_fn(16)
 

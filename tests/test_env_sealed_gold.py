@@ -26,7 +26,7 @@ from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 K, BUDGET = 16, {"k": 2, "m": 2, "M": 6, "T": 3, "B": 3}
 QF = hash_query_fn(16)

@@ -15,7 +15,7 @@ from mage_gym.graph.store import GRAPH_VERSION
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.ppo import CheckpointMismatch, build_model, save_checkpoint
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 BUDGET = {"k": 2, "m": 2, "M": 6, "T": 3, "B": 3}
 

@@ -19,8 +19,9 @@ from mage_gym.testing import hash_query_fn, make_large_graph
 from mage_gym.readers.base import ReaderOutput, RenderedInput
 from mage_gym.report import (
     ImageOptions, RunDirError, TraceEpisode, TraceFormatError, build_report_data, read_trace_file, replay_states,
-    report_data_from_run_dir, split_episodes, states_at, trace_path, write_report,
+    report_data_from_run_dir, split_episodes, states_at, write_report,
 )
+from mage_gym.bench.results import trace_path
 from mage_gym.report.data import outcome_counts, slug
 from mage_gym.report.images import ImageWriter
 from mage_gym.report.run_dir import discover, read_traces
@@ -28,7 +29,7 @@ from mage_gym.trace import TraceRecorder
 from mage_gym.wrappers import TraceRecording
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 EPP = 6  # elements per page
 

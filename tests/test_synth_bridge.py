@@ -230,7 +230,7 @@ def navigation(bridges: list[Episode], checked):  # noqa: ANN001, ANN201 - graph
     from mage_gym.env import MageRAGEnv
     from mage_gym.graph.build import build_graph
     from policies import get_policy
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     graphs = {ep.doc_id: build_graph(ep.source, parser="fast", progress=False) for ep in bridges}
     env = MageRAGEnv(episodes=[(ep, graphs[ep.doc_id]) for ep in bridges], privileged=True, budget={"k": K})

@@ -82,7 +82,7 @@ def test_old_traces_replay_and_feed_the_report():
 def test_trace_wrapper_through_gym_make_and_the_runner_records_llm_rounds(tmp_path):
     from policies import get_policy
     from policies.llm_evaluator import CallableBackend
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     reply = '<agent_decision><selected_actions><action index="1"/></selected_actions></agent_decision>'
     policy = get_policy("llm_evaluator", backend=CallableBackend(lambda system, user: reply), cache=False)

@@ -21,7 +21,7 @@ the component scores from one pass (components are computed once).
 between the two dense channels per document, by the document's text density
 (:func:`document_text_density`): element-pooled vectors on sparse slides,
 page-text chunks on dense prose; its setting was searched on the train splits
-(``experiments/embed_quality.py --select-adaptive``).
+(``experiments/quality/embed_quality.py --select-adaptive``).
 """
 from __future__ import annotations
 
@@ -120,7 +120,7 @@ class HybridRetriever:
 
 #: Text-density measures a gate can read (:func:`document_text_density`).
 DENSITY_FEATURES: tuple[str, ...] = ("chars_per_element", "mean_page_chars")
-#: ``hybrid_adaptive``'s settings: chosen by experiments/embed_quality.py --select-adaptive (gate parameters on the
+#: ``hybrid_adaptive``'s settings: chosen by experiments/quality/embed_quality.py --select-adaptive (gate parameters on the
 #: dev sets' TRAIN splits, the fusion family on their VAL splits; rule ADAPTIVE_SELECTION_RULE there);
 #: docs/results/embed_quality/. conf/retriever/hybrid_adaptive.yaml repeats them.
 HYBRID_ADAPTIVE: dict[str, object] = {"feature": "chars_per_element", "lo": 100.0, "width": 200.0, "k": 120.0,

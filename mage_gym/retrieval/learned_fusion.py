@@ -30,7 +30,7 @@ once: the softmax over its pages, the target spread evenly over its gold
 pages) plus an L2 penalty, by L-BFGS from zero (deterministic). The shipped
 weights (``learned_fusion.json`` beside this module) were fitted on the dev
 sets' TRAIN splits, the feature set and penalty chosen on VAL by
-``experiments/embed_quality.py --select-learned`` (``LEARNED_SELECTION_RULE``
+``experiments/quality/embed_quality.py --select-learned`` (``LEARNED_SELECTION_RULE``
 there); the file records its command.
 
 :class:`LearnedFusionHybrid` (``get_retriever("hybrid_learned")``) ranks pages

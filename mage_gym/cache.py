@@ -127,12 +127,12 @@ class Cache(Generic[V]):
 
     def _full_key(self, owner: Any, key: Hashable) -> tuple[int | None, Hashable]:
         if self.owned:
-            if owner is None:
-                raise TypeError(f"cache {self.name!r} is owner-keyed: pass the owner object, not None")
-            return (id(owner), key)
-        if owner is not None:
-            raise TypeError(f"cache {self.name!r} is key-only: pass None as the owner")
-        return (None, key)
+            if owner is not None:
+                return (id(owner), key)
+            raise TypeError(f"cache {self.name!r} is owner-keyed: pass the owner object, not None")
+        if owner is None:
+            return (None, key)
+        raise TypeError(f"cache {self.name!r} is key-only: pass None as the owner")
 
     def _live(self, entry: tuple[_OwnerRef | None, V] | None, owner: Any) -> bool:
         return entry is not None and (entry[0] is None or entry[0]() is owner)
@@ -140,10 +140,10 @@ class Cache(Generic[V]):
     def get(self, owner: Any, key: Hashable, build: Callable[[], V]) -> V:
         """The cached value of (``owner``, ``key``), or ``build()`` stored (the first stored wins a race)."""
         full = self._full_key(owner, key)
-        with self._lock:
+        with self._lock:  # the hit path is inlined: some caches are read at every env step
             evicted = self._purge() if self._dead else None
             entry = self._entries.get(full)
-            hit = self._live(entry, owner)
+            hit = entry is not None and (entry[0] is None or entry[0]() is owner)
             if hit:
                 self._entries.move_to_end(full)
                 self.hits += 1

@@ -91,8 +91,11 @@ class _GraphAux:
 
 
 def _aux(gi: GraphIndex) -> _GraphAux:
-    """The update tables of ``gi`` (derived once per graph index, kept on it)."""
-    return gi.derived("state.aux", _GraphAux)
+    """The update tables of ``gi`` (derived once per graph index, kept on it; read several times a step)."""
+    try:
+        return gi.memo["state.aux"]
+    except KeyError:
+        return gi.derived("state.aux", _GraphAux)
 
 
 def mask_code(node_state: np.ndarray, node_page: np.ndarray, n_pages: int, nodes: np.ndarray | None = None

@@ -85,11 +85,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    if args.model is None:
-        from mage_gym.readers.smollm import smollm2_gguf_path
-
-        args.model = smollm2_gguf_path()
     try:
+        if args.model is None:
+            from mage_gym.readers.smollm import smollm2_gguf_path
+
+            args.model = smollm2_gguf_path()
         params = build_params(args.model, alias=args.alias, host=args.host, port=args.port, n_ctx=args.n_ctx,
                               threads=args.threads, prompt_cache=not args.no_prompt_cache)
     except ReaderConfigError as err:

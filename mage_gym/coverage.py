@@ -6,13 +6,15 @@ question; answered in several places they drifted apart (page recall once
 counted a page whose only rendered node was an element *summary*, while
 support did not). Every caller now goes through :func:`cover`.
 
-The rule. The reader *gets* a page's content when it receives the page image
-(``visual`` mode: an activated page node is sent as an image) or full text
-from it (an opened element: its content, not its summary). Pages cannot be
-opened, so in ``text`` mode full text only ever comes from opened elements;
-an activated page or element alone gives a summary, which covers nothing.
+The rule. The reader *gets* a page's content when it receives the whole page
+(``visual`` mode: an activated page node is sent as an image; ``text`` mode:
+as its whole text, see :mod:`mage_gym.render`) or full text from an element
+of it (an opened element: its content, not its summary). An activated
+element alone gives a summary, which covers nothing; so does a page text
+clipped at the reader's limit or an empty one (an image-only page without
+OCR text): the reader may not have received the evidence.
 
-- A **gold page** is covered when its image is sent, or, when the page holds
+- A **gold page** is covered when the whole page is sent, or, when the page holds
   element-level gold (a region or snippet mapped to elements), when one of
   those gold elements is opened; a page with only page-level gold is also
   covered by any opened element on it.
@@ -87,8 +89,9 @@ def cover(gold: GoldLike, opened: np.ndarray, page_images: np.ndarray, node_page
     """Apply the rule (module docstring) to what the reader receives.
 
     ``opened``: bool [n_nodes], nodes sent with their full content;
-    ``page_images``: bool [n_pages], pages sent as images (all False in
-    ``text`` mode); ``node_page``: int [n_nodes], each node's page.
+    ``page_images``: bool [n_pages], pages sent whole (as images in
+    ``visual`` mode, as their whole text in ``text`` mode);
+    ``node_page``: int [n_nodes], each node's page.
     """
     n_items = len(gold.items)
     n_nodes, n_pages = len(opened), len(page_images)
@@ -125,16 +128,23 @@ def cover(gold: GoldLike, opened: np.ndarray, page_images: np.ndarray, node_page
     return Coverage(items, counted, pages, page_ok[list(pages)] if pages else np.zeros(0, dtype=bool))
 
 
-def state_masks(node_state: np.ndarray, n_pages: int, visual: bool) -> tuple[np.ndarray, np.ndarray]:
-    """(opened, page_images) that :func:`mage_gym.render.render` would send for a node-state table.
+def state_masks(node_state: np.ndarray, n_pages: int, visual: bool,
+                whole_text: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(opened, whole pages) that :func:`mage_gym.render.render` would send for a node-state table.
 
-    Opened nodes are state 2; a page image is sent for an activated page
-    node (state 1) in ``visual`` mode only.
+    Opened nodes are state 2. An activated page node (state 1) is sent whole
+    as its image in ``visual`` mode; in ``text`` mode as its text when
+    ``whole_text[page]`` (:func:`mage_gym.render.whole_text_pages`, required
+    in ``text`` mode: which pages fit the reader's limit is the graph's).
     """
     st = np.asarray(node_state)
     opened = st == 2
-    pages = (st[:n_pages] == 1) if visual else np.zeros(n_pages, dtype=bool)
-    return opened, pages
+    active = st[:n_pages] == 1
+    if visual:
+        return opened, active
+    if whole_text is None:
+        raise ValueError("text mode: pass whole_text=mage_gym.render.whole_text_pages(graph, render_config)")
+    return opened, active & np.asarray(whole_text, dtype=bool)
 
 
 __all__ = ["Coverage", "GoldLike", "cover", "share", "state_masks"]

@@ -10,7 +10,13 @@ Modes:
   its summary plus the page image; activated elements as summaries; opened
   elements with their full text (table markdown for tables) plus a crop for
   figures, charts and tables;
-- ``text``: the same XML, no images.
+- ``text`` (what a reader that takes no images gets): no images; an
+  activated page is sent as its own text instead of its summary (clipped at
+  ``max_opened_chars``, the reader's raw-text limit, like an opened element),
+  so page-level retrieval means the same in both modes. A page whose whole
+  text was sent is listed in ``page_text_ids``: for coverage it counts as a
+  page image would (:mod:`mage_gym.coverage`); a clipped or empty page text
+  is not listed, since the reader may not have received the evidence.
 
 Pruned nodes never appear. Document text is XML-escaped, so a document cannot
 forge markup. Images are referenced in the XML with ``<image ref="node_id"/>``
@@ -108,27 +114,21 @@ class _Fragment:
     image: RenderedImage | None = None
     image_tokens: int = 0
     node_id: str = ""
+    whole_text: bool = False  # an activated page whose whole text is in ``text`` (text mode)
 
 
-_FRAGMENTS = None
+def _fragment_memo(memo: dict | None, visual: bool, cfg: RenderConfig) -> tuple[dict, dict]:
+    """The (pages, elements) fragment dicts of ``memo`` for (mode, config); fresh ones when there is no memo.
 
-
-def _fragment_cache(graph: EvidenceGraph, visual: bool, cfg: RenderConfig) -> tuple[dict, dict]:
-    """Per-graph memo of node fragments: node text is static, so each is built once per process.
-
-    One (pages, elements) pair of dicts per (mode, config), keyed by ``2 * index + state bit``
-    (activated / opened): int keys, so a render does not hash the config once per node.
+    Keyed by ``2 * index + state bit`` (activated / opened): int keys, so a
+    render does not hash the config once per node.
     """
-    global _FRAGMENTS
-    if _FRAGMENTS is None:
-        from mage_gym.retrieval.cache import GraphIndexCache
-
-        _FRAGMENTS = GraphIndexCache(max_graphs=8)
-    per_graph = _FRAGMENTS.get(graph, lambda g: {})
-    memo = per_graph.get((visual, cfg))
     if memo is None:
-        memo = per_graph[(visual, cfg)] = ({}, {})
-    return memo
+        return {}, {}
+    pair = memo.get((visual, cfg))
+    if pair is None:
+        pair = memo.setdefault((visual, cfg), ({}, {}))
+    return pair
 
 
 def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
@@ -137,7 +137,9 @@ def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, 
     doc_attr = "" if doc is None else f' doc="{esc(doc)}"'
     frag = [f'<page id="{esc(page.node_id)}" index="{p}" number="{number}"{doc_attr}>\n']
     image, img_tok = None, 0
-    if activated:
+    if activated and not visual:
+        frag.append(f"<text>{esc(_clip(page.text, cfg.max_opened_chars))}</text>\n")
+    elif activated:
         frag.append(f"<summary>{esc(_clip(page.summary or page.text, cfg.max_summary_chars))}</summary>\n")
         if visual:
             w, h = _page_size_px(page, cfg)
@@ -146,8 +148,25 @@ def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, 
                                   width=w, height=h, _loader=_page_loader(graph, p, cfg))
             frag.append(f'<image ref="{esc(page.node_id)}" kind="page" width="{w}" height="{h}"/>\n')
     text = "".join(frag)
+    whole_text = activated and not visual and page_text_whole(page, cfg)
     # the page's own share of tokens includes its closing tag
-    return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok, page.node_id)
+    return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok, page.node_id,
+                     whole_text)
+
+
+def page_text_whole(page: Page, cfg: RenderConfig) -> bool:
+    """Does an activated page in ``text`` mode send its whole text (non-empty, within ``max_opened_chars``)?"""
+    return 0 < len(page.text) <= cfg.max_opened_chars
+
+
+def whole_text_pages(graph: EvidenceGraph, config: RenderConfig | dict | None = None) -> np.ndarray:
+    """bool [n_pages]: pages whose whole text an activated page node sends in ``text`` mode.
+
+    What :func:`mage_gym.coverage.state_masks` needs to apply the coverage
+    rule to a node-state table without rendering it (oracle, shaping).
+    """
+    cfg = RenderConfig.coerce(config)
+    return np.fromiter((page_text_whole(p, cfg) for p in graph.pages), dtype=bool, count=graph.n_pages)
 
 
 def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
@@ -171,8 +190,15 @@ def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, visual: bool, 
 
 
 def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str = "",
-           config: RenderConfig | dict | None = None) -> RenderedInput:
-    """Render the working subgraph of ``state`` (an ``EvidenceState`` or its node-state array)."""
+           config: RenderConfig | dict | None = None, memo: dict | None = None) -> RenderedInput:
+    """Render the working subgraph of ``state`` (an ``EvidenceState`` or its node-state array).
+
+    ``memo``: a dict the caller keeps for ``graph`` (and only for it), where
+    node fragments are remembered across renders. Node text is static, so a
+    fragment is a pure function of (graph, node, state bit, mode, config):
+    a memo saves work and never changes the output. The env passes one kept
+    on its graph index; without one, every fragment is built afresh.
+    """
     if mode not in RENDER_MODES:
         raise ValueError(f"unknown render mode {mode!r}; expected one of {RENDER_MODES}")
     cfg = RenderConfig.coerce(config)
@@ -181,7 +207,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
         raise ValueError(f"node-state table has shape {st.shape}; graph has {graph.n_nodes} nodes")
     n_pages = graph.n_pages
     visual = mode == "visual"
-    page_memo, el_memo = _fragment_cache(graph, visual, cfg)
+    page_memo, el_memo = _fragment_memo(memo, visual, cfg)
     page_on = st[:n_pages] == _ACTIVATED
     el_idx = ((st[n_pages:] == _ACTIVATED) | (st[n_pages:] == _OPENED)).nonzero()[0]
     el_page = graph.node_page[el_idx + n_pages]
@@ -199,6 +225,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
     shown_frags: list[_Fragment] = []
     opened_ids: list[str] = []
     page_image_ids: list[str] = []
+    page_text_ids: list[str] = []
     for k, p in enumerate(pages):
         on = page_on_l[p]
         frag = page_memo.get(2 * p + on)
@@ -209,6 +236,8 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
             shown_frags.append(frag)
             if frag.image is not None:
                 page_image_ids.append(frag.node_id)
+            elif frag.whole_text:
+                page_text_ids.append(frag.node_id)
         for i in range(cuts[k], cuts[k + 1]):
             j, opened = el_idx_l[i], el_opened[i]
             ef = el_memo.get(2 * j + opened)
@@ -227,7 +256,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
     xml = "".join(parts)
     return RenderedInput(
         question=question, xml=xml, images=images, mode=mode, node_ids=node_ids,
-        opened_ids=tuple(opened_ids), page_image_ids=tuple(page_image_ids),
+        opened_ids=tuple(opened_ids), page_image_ids=tuple(page_image_ids), page_text_ids=tuple(page_text_ids),
         text_tokens=text_tokens(xml) + text_tokens(question), image_tokens=image_total,
         node_tokens=node_tokens,
     )

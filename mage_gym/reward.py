@@ -74,12 +74,17 @@ def gold_known(gold: GoldEvidence) -> bool:
 
 
 def rendered_masks(graph: EvidenceGraph, rendered: RenderedInput) -> tuple[np.ndarray, np.ndarray]:
-    """(opened bool [n_nodes], page_images bool [n_pages]) from a rendered input."""
+    """(opened bool [n_nodes], whole pages bool [n_pages]) from a rendered input.
+
+    A page reached the reader whole when it was sent as an image or, in
+    ``text`` mode, with its whole text (``page_text_ids``).
+    """
     idx = graph.index_of
     opened = np.zeros(graph.n_nodes, dtype=bool)
     opened[[idx[nid] for nid in rendered.opened_ids]] = True
     pages = np.zeros(graph.n_pages, dtype=bool)
     pages[[idx[nid] for nid in rendered.page_image_ids]] = True  # a page's node index is its number
+    pages[[idx[nid] for nid in rendered.page_text_ids]] = True
     return opened, pages
 
 
@@ -146,11 +151,15 @@ def total_reward(support: float, noise_value: float, cost_value: float, cfg: Rew
 
 
 def potential(gold: GoldLike, node_state: np.ndarray, node_page: np.ndarray, n_pages: int, visual: bool,
-              answerable: bool) -> float:
-    """Shaping potential: gold coverage the current state would give (0 without gold)."""
+              answerable: bool, whole_text: np.ndarray | None = None) -> float:
+    """Shaping potential: gold coverage the current state would give (0 without gold).
+
+    ``whole_text``: in ``text`` mode, the pages whose whole text an activated
+    page sends (:func:`mage_gym.render.whole_text_pages`).
+    """
     if not answerable or not gold_known(gold):
         return 0.0
-    opened, pages = state_masks(node_state, n_pages, visual)
+    opened, pages = state_masks(node_state, n_pages, visual, whole_text)
     return cover(gold, opened, pages, node_page).support or 0.0
 
 

@@ -100,6 +100,7 @@ class PotentialShaping(TransitionWrapper):
             raise PrivilegedAccessError("PotentialShaping reads gold: build the env with privileged=True")
         self.gamma, self.scale = float(gamma), float(scale)
         self._gold = None
+        self._whole_text = None
         self._phi = 0.0
 
     def _potential(self) -> float:
@@ -108,11 +109,17 @@ class PotentialShaping(TransitionWrapper):
         state = self.env.get_wrapper_attr("state")
         visual = self.env.get_wrapper_attr("render_mode") == "visual"
         gi = state.gi
-        return potential(self._gold, state.node_state, gi.node_page, gi.n_pages, visual, self._gold.answerable)
+        return potential(self._gold, state.node_state, gi.node_page, gi.n_pages, visual, self._gold.answerable,
+                         None if visual else self._whole_text)
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         obs, info = self.env.reset(seed=seed, options=options)
         self._gold = self.env.get_wrapper_attr("privileged_view")()
+        if self.env.get_wrapper_attr("render_mode") != "visual":
+            from mage_gym.render import whole_text_pages
+
+            self._whole_text = whole_text_pages(self.env.get_wrapper_attr("graph"),
+                                                self.env.get_wrapper_attr("render_config"))
         self._phi = self._potential()
         return obs, info
 

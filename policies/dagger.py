@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from policies.base import EnvInfo, Policy
+from mage_gym.bench.protocol import EnvInfo, Policy
 
 
 @dataclass(frozen=True)

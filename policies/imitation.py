@@ -13,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from policies.base import EnvInfo, Policy
+from mage_gym.bench.protocol import EnvInfo, Policy
 
 
 def collect_demos(env: Any, teacher: Policy, episode_ids: Sequence[str], seed: int = 0,

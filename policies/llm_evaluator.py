@@ -48,7 +48,8 @@ from mage_gym.env import RoundDecision
 from mage_gym.readers.base import ReaderOutput
 from mage_gym.readers.errors import BackendFailureRateError, ReaderConfigError, error_kind
 from mage_gym.readers.prompt import ReaderPrompt
-from policies.base import BasePolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import BasePolicy
 from policies.llm_decision import parse_decision
 from policies.llm_prompt import EVALUATOR_PROMPT_VERSION, PromptConfig, build_evaluator_prompt
 

@@ -34,7 +34,8 @@ Greedy, one decision at a time (first rule that applies wins):
 
 An item counts as covered by the env's own rule (:func:`mage_gym.coverage.cover`,
 the rule of support, page recall and all-covered): the reader gets its page
-image (an active page in ``visual`` mode) or the full text of an opened gold
+image (an active page in ``visual`` mode; in ``text`` mode its whole text, when
+it fits the reader's limit) or the full text of an opened gold
 element (element gold) or of any opened element on its page (page-level
 gold). Because it is greedy and never
 looks beyond the slots, its recall is a lower bound on what the best
@@ -49,7 +50,9 @@ import numpy as np
 
 from mage_gym.coverage import cover
 from mage_gym.env import Op
-from policies.base import EnvBoundPolicy, EnvInfo
+from mage_gym.render import whole_text_pages
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import EnvBoundPolicy
 from policies.features import SlotView, action_of, op_mask, prune_to_make_room
 
 
@@ -69,6 +72,7 @@ class OraclePolicy(EnvBoundPolicy):
         self._node_page: np.ndarray | None = None
         self._n_pages = 0
         self._mode = "visual"
+        self._whole_text = np.zeros(0, dtype=bool)
 
     def reset(self, env_info: EnvInfo) -> None:
         super().reset(env_info)  # raises unless bound to its env
@@ -78,6 +82,7 @@ class OraclePolicy(EnvBoundPolicy):
         self._node_page = np.asarray(graph.node_page)
         self._n_pages = int(graph.n_pages)
         self._mode = self.render_mode or env_info.render_mode
+        self._whole_text = whole_text_pages(graph, get("render_config"))  # text mode: pages sent whole
 
     def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> int:
         rule, actions = self.choices(obs, mask)
@@ -177,10 +182,11 @@ class OraclePolicy(EnvBoundPolicy):
         node_page = self._node_page
         opened_mask = np.zeros(len(node_page), dtype=bool)
         opened_mask[[n for n in opened if n >= 0]] = True
-        images = np.zeros(self._n_pages, dtype=bool)
-        if self._mode == "visual":
-            images[list(active_pages)] = True
-        cov = cover(view, opened_mask, images, node_page)
+        whole = np.zeros(self._n_pages, dtype=bool)  # pages the reader gets whole: image, or whole text
+        whole[list(active_pages)] = True
+        if self._mode != "visual":
+            whole &= self._whole_text
+        cov = cover(view, opened_mask, whole, node_page)
         return cov.items | ~cov.item_counted
 
 

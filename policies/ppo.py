@@ -29,7 +29,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from mage_gym.env import NODE_FEATURES
-from policies.base import BasePolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import BasePolicy
 
 #: algorithm name -> (module, class, uses masks)
 ALGOS: dict[str, tuple[str, str, bool]] = {

@@ -127,12 +127,13 @@ def test_core_alone_builds_a_graph_with_the_fast_parser_and_plays_a_bm25_episode
     import_names = sorted({e.removesuffix(".py") for e in hide_entries
                            if not e.endswith((".dist-info", ".egg-info", ".libs", ".pth", ".data"))
                            and e.removesuffix(".py").isidentifier()})
-    # -S: no site-packages at start; then only the core's entries (and their .pth files), this checkout first.
-    boot = (f"import site, sys; site.addsitedir({str(core_site)!r}); sys.path.insert(0, {str(ROOT)!r}); "
+    # -S: no site-packages at start; then only the core's entries (and their .pth files); this checkout comes
+    # first through PYTHONPATH.
+    boot = (f"import site, sys; site.addsitedir({str(core_site)!r}); "
             "import importlib.util as u; found = [m for m in sys.argv[2].split(',') if m and u.find_spec(m)]; "
             "assert not found, f'extras still importable: {found}'; "
             f"exec(compile({PROBE!r}, 'probe', 'exec'))")
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
     env["MAGE_GYM_CACHE"] = str(tmp_path / "cache")  # a fresh cache: the graph is really built
     run = subprocess.run([sys.executable, "-S", "-c", boot, str(tmp_path / "acme.pdf"), ",".join(import_names)],
                          capture_output=True, text=True, env=env, timeout=600)

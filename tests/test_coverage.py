@@ -15,8 +15,8 @@ from mage_gym.coverage import cover, state_masks
 from mage_gym.data.episode import Episode, Region
 from mage_gym.data.gold import GoldEvidence, resolve_gold
 from mage_gym.env import MageRAGEnv, Op, encode_action
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
-from mage_gym.render import render
+from mage_gym.testing import hash_query_fn, toy_episodes
+from mage_gym.render import RenderConfig, render, whole_text_pages
 from mage_gym.testing import make_toy_graph
 
 ACT, OPEN = 1, 2
@@ -49,7 +49,7 @@ def reader_gets(graph, g, states: dict[str, int], mode: str):
     opened, images = R.rendered_masks(graph, rendered)
     cov = cover(g, opened, images, graph.node_page)
     # the state-based masks (shaping potential, oracle) agree with the rendered ones
-    s_opened, s_images = state_masks(st, graph.n_pages, mode == "visual")
+    s_opened, s_images = state_masks(st, graph.n_pages, mode == "visual", whole_text_pages(graph))
     assert (s_opened == opened).all() and (s_images == images).all()
     return cov, R.episode_metrics(graph, g, rendered, cov, opened)
 
@@ -61,14 +61,27 @@ def figures(cov, metrics):
 
 def test_page_level_gold_text_mode_needs_full_text(graph) -> None:
     g = gold(graph, page_items=(2,))
-    # an activated page in text mode is its summary only: not covered (the old page recall counted it)
-    assert figures(*reader_gets(graph, g, {"toy:p2": ACT}, "text")) == (0.0, 0.0, False)
-    # an activated element's summary on the page does not cover it either
-    assert figures(*reader_gets(graph, g, {"toy:p2": ACT, "toy:p2:e1": ACT}, "text")) == (0.0, 0.0, False)
+    # an activated page in text mode is sent as its whole text: covered, as its image would be
+    assert figures(*reader_gets(graph, g, {"toy:p2": ACT}, "text")) == (1.0, 1.0, True)
+    # an activated element's summary on a pruned page does not cover it
+    assert figures(*reader_gets(graph, g, {"toy:p2": 3, "toy:p2:e1": ACT}, "text")) == (0.0, 0.0, False)
     # any opened element of a page-level gold page gives full text from it
-    assert figures(*reader_gets(graph, g, {"toy:p2": ACT, "toy:p2:e1": OPEN}, "text")) == (1.0, 1.0, True)
+    assert figures(*reader_gets(graph, g, {"toy:p2": 3, "toy:p2:e1": OPEN}, "text")) == (1.0, 1.0, True)
     # an opened element of another page does not
     assert figures(*reader_gets(graph, g, {"toy:p1": ACT, "toy:p1:e1": OPEN}, "text")) == (0.0, 0.0, False)
+
+
+def test_text_mode_page_cut_at_the_readers_limit_covers_nothing(graph) -> None:
+    g = gold(graph, page_items=(2,))
+    st = np.zeros(graph.n_nodes, dtype=np.int8)
+    st[2] = ACT
+    cut = RenderConfig(max_opened_chars=len(graph.pages[2].text) - 1)
+    rendered = render(graph, st, "text", config=cut)
+    cov = cover(g, *R.rendered_masks(graph, rendered), graph.node_page)
+    assert (cov.support, cov.page_recall) == (0.0, 0.0)
+    assert (state_masks(st, graph.n_pages, False, whole_text_pages(graph, cut))[1] == 0).all()
+    with pytest.raises(ValueError, match="whole_text"):
+        state_masks(st, graph.n_pages, False)
 
 
 def test_page_level_gold_visual_mode_page_image_covers(graph) -> None:
@@ -83,9 +96,10 @@ def test_page_level_gold_visual_mode_page_image_covers(graph) -> None:
 def test_region_gold_only_page_image_or_opened_gold_element_covers(graph) -> None:
     g = gold(graph, element_items=(("toy:p1:e2",),))
     text = lambda states: figures(*reader_gets(graph, g, states, "text"))  # noqa: E731
-    assert text({"toy:p1": ACT, "toy:p1:e2": ACT}) == (0.0, 0.0, False)  # the gold element's summary
-    assert text({"toy:p1": ACT, "toy:p1:e1": OPEN}) == (0.0, 0.0, False)  # an opened non-gold element
-    assert text({"toy:p1": ACT, "toy:p1:e2": OPEN}) == (1.0, 1.0, True)  # the opened gold element
+    assert text({"toy:p1": 3, "toy:p1:e2": ACT}) == (0.0, 0.0, False)  # the gold element's summary
+    assert text({"toy:p1": 3, "toy:p1:e1": OPEN}) == (0.0, 0.0, False)  # an opened non-gold element
+    assert text({"toy:p1": 3, "toy:p1:e2": OPEN}) == (1.0, 1.0, True)  # the opened gold element
+    assert text({"toy:p1": ACT}) == (1.0, 1.0, True)  # the page's whole text
     assert figures(*reader_gets(graph, g, {"toy:p1": ACT}, "visual")) == (1.0, 1.0, True)  # the page image
     assert figures(*reader_gets(graph, g, {"toy:p1": 3, "toy:p1:e1": OPEN}, "visual")) == (0.0, 0.0, False)
 
@@ -93,7 +107,7 @@ def test_region_gold_only_page_image_or_opened_gold_element_covers(graph) -> Non
 def test_items_page_recall_and_all_covered_on_mixed_gold(graph) -> None:
     """Two regions on page 1 and a page-level page 3: items count for support, pages for recall."""
     g = gold(graph, element_items=(("toy:p1:e1",), ("toy:p1:e2", "toy:p1:e3")), page_items=(3,))
-    cov, _ = reader_gets(graph, g, {"toy:p1": ACT, "toy:p1:e3": OPEN, "toy:p3": ACT}, "text")
+    cov, _ = reader_gets(graph, g, {"toy:p1": 3, "toy:p1:e3": OPEN, "toy:p3": 3}, "text")
     assert cov.items.tolist() == [False, True, False]  # any node of an item covers it
     assert cov.pages == (1, 3) and cov.page_covered.tolist() == [True, False]  # one opened gold element: page 1
     assert (cov.support, cov.page_recall, cov.all_covered) == (pytest.approx(1 / 3), 0.5, False)
@@ -133,13 +147,14 @@ def test_out_of_range_gold_is_neither_covered_nor_counted(graph) -> None:
 def test_rule_invariants_on_random_states(graph) -> None:
     """all_covered <=> support == 1, which implies page recall 1; text mode never beats visual mode."""
     rng = np.random.default_rng(0)
+    whole = whole_text_pages(graph)
     g = gold(graph, element_items=(("toy:p0:e1",), ("toy:p2:e2", "toy:p2:e3")), page_items=(3,))
     for _ in range(300):
         st = rng.choice([0, 1, 2, 3], size=graph.n_nodes, p=[0.5, 0.3, 0.1, 0.1]).astype(np.int8)
         st[: graph.n_pages][st[: graph.n_pages] == 2] = 1  # pages are never opened
         by_mode = {}
         for mode in ("text", "visual"):
-            cov = cover(g, *state_masks(st, graph.n_pages, mode == "visual"), graph.node_page)
+            cov = cover(g, *state_masks(st, graph.n_pages, mode == "visual", whole), graph.node_page)
             assert cov.all_covered == (cov.support == 1.0)
             if cov.all_covered:
                 assert cov.page_recall == 1.0
@@ -149,10 +164,12 @@ def test_rule_invariants_on_random_states(graph) -> None:
 
 
 def test_env_end_of_episode_uses_the_rule() -> None:
-    """Text mode, page-level gold on an activated page: page recall and support both 0 (old recall: 1)."""
+    """Page-level gold on an activated page: covered by its image or its whole text, not by a cut text."""
     qf = hash_query_fn(16)
-    for mode, expect in (("text", 0.0), ("visual", 1.0)):
-        env = MageRAGEnv(episodes=toy_episodes(), query_fn=qf, K=48, budget={"k": 8}, render_mode=mode)
+    cut = {"max_opened_chars": 5}  # shorter than every toy page's text
+    for mode, config, expect in (("text", None, 1.0), ("visual", None, 1.0), ("text", cut, 0.0)):
+        env = MageRAGEnv(episodes=toy_episodes(), query_fn=qf, K=48, budget={"k": 8}, render_mode=mode,
+                         render_config=config)
         env.reset(options={"episode_id": "page"})  # k = every page: the gold page is active, nothing opened
         _, _, done, _, info = env.step(encode_action(Op.STOP, 0, env.K))
         assert done and info["evidence_page_recall"] == expect
@@ -161,8 +178,8 @@ def test_env_end_of_episode_uses_the_rule() -> None:
 
 def test_run_summaries_report_unanswerable_apart() -> None:
     """Evidence means and their n are over questions with gold; the breakdown splits answerable / unanswerable."""
-    from experiments.common.metrics import breakdown, metric_counts, summarise
-    from policies.runner import run_episode
+    from mage_gym.bench.metrics import breakdown, metric_counts, summarise
+    from mage_gym.bench.play import run_episode
     from policies.topk_page import TopKPagePolicy
 
     pairs = toy_episodes()

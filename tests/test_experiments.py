@@ -20,14 +20,15 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common import results as R
-from experiments.common.benchmarking import benchmark
-from experiments.common.config import ConfigError, plain
-from experiments.common.metrics import METRIC_KEYS
-from experiments.common.training import split_episodes, train
+from mage_gym.bench import results as R
+from mage_gym.bench.benchmark import benchmark
+from policies import REGISTRY
+from mage_gym.bench.config import ConfigError, plain
+from mage_gym.bench.metrics import METRIC_KEYS
+from policies.training.recipe import split_episodes, train
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import make_toy_graph
 
 REPO = Path(__file__).resolve().parents[1]
@@ -164,7 +165,7 @@ def test_every_policy_composed_once_and_one_env_block() -> None:
 # --- benchmark and train in process -----------------------------------------------------------------------
 
 def test_benchmark_in_process_writes_every_output(pairs, tmp_path) -> None:
-    res = benchmark(toy_cfg(), tmp_path, episodes=pairs)
+    res = benchmark(toy_cfg(), tmp_path, episodes=pairs, registry=REGISTRY)
     obj = check_results(tmp_path / "results.json", n_runs=8)
     assert [r["budget"]["k"] for r in obj["runs"]] == [1] * 4 + [2] * 4
     assert [r["policy"] for r in obj["runs"][:4]] == ["random", "topk_page", "topk_text", "heuristic"]
@@ -182,7 +183,7 @@ def test_benchmark_in_process_writes_every_output(pairs, tmp_path) -> None:
 
 def test_benchmark_compares_at_equal_cost_and_marks_the_oracle_privileged(pairs, tmp_path) -> None:
     cfg = toy_cfg(policies=["topk_page", "heuristic", "oracle"], budgets=[{"k": 2}])
-    benchmark(cfg, tmp_path, episodes=pairs)
+    benchmark(cfg, tmp_path, episodes=pairs, registry=REGISTRY)
     obj = check_results(tmp_path / "results.json", 3)
     runs = {r["policy"]: r for r in obj["runs"]}
     assert "equal_cost" not in runs["topk_page"] and runs["oracle"]["privileged"] is True
@@ -205,7 +206,7 @@ def test_benchmark_compares_at_equal_cost_and_marks_the_oracle_privileged(pairs,
 def test_benchmark_policy_limit_and_overrides(pairs, tmp_path) -> None:
     cfg = toy_cfg(policies=["heuristic"], budgets=None)
     cfg["policy"]["heuristic"].update(limit=3, open_min_rel=0.0)
-    benchmark(cfg, tmp_path, episodes=pairs)
+    benchmark(cfg, tmp_path, episodes=pairs, registry=REGISTRY)
     m = check_results(tmp_path / "results.json", 1)["runs"][0]["metrics"]
     assert m["episodes"] == 3
 
@@ -215,9 +216,9 @@ def test_benchmark_rejects_unknown_parser_and_policy_before_any_work(tmp_path) -
     cfg["env"]["parser"] = "fsat"
     cfg["dataset"] = {"name": "synth", "root": str(tmp_path / "no_corpus_here"), "split": "val"}
     with pytest.raises(ConfigError, match=r"env\.parser='fsat'.*layout, fast"):
-        benchmark(cfg, tmp_path)  # the parser, not the missing corpus or "no episodes", is the error
+        benchmark(cfg, tmp_path, registry=REGISTRY)  # the parser, not the missing corpus or "no episodes", is the error
     with pytest.raises(ConfigError, match="unknown policies"):
-        benchmark(toy_cfg(policies=["heuristic", "heurstic"]), tmp_path)
+        benchmark(toy_cfg(policies=["heuristic", "heurstic"]), tmp_path, registry=REGISTRY)
     assert not (tmp_path / "episodes.jsonl").exists()
 
 
@@ -244,7 +245,7 @@ def test_train_then_benchmark_records_the_checkpoint(pairs, tmp_path) -> None:
 
     cfg = toy_cfg(policies=["heuristic", "ppo"], budgets=None)
     cfg["policy"]["ppo"]["checkpoint"] = summary["checkpoint"]
-    benchmark(cfg, tmp_path / "bench", episodes=pairs)
+    benchmark(cfg, tmp_path / "bench", episodes=pairs, registry=REGISTRY)
     runs = {r["policy"]: r for r in check_results(tmp_path / "bench" / "results.json", 2)["runs"]}
     assert runs["ppo"]["checkpoint"]["sha256"] == sha and "checkpoint" not in runs["heuristic"]
     rows = [json.loads(x) for x in (tmp_path / "bench" / "episodes.jsonl").read_text().splitlines()]
@@ -262,8 +263,8 @@ def _wrappers(env) -> list[str]:
 
 
 def test_only_training_envs_are_privileged_and_shaped(pairs) -> None:
-    from experiments.common.envs import make_env
-    from experiments.common.training import shaping_kwargs
+    from mage_gym.bench.envs import make_env
+    from policies.training.recipe import shaping_kwargs
 
     cfg = toy_cfg("train")
     assert shaping_kwargs(cfg["env"], False) == {}
@@ -333,7 +334,7 @@ def run_script(script: str, tmp_path: Path, *overrides: str, module: bool = Fals
                ok: bool = True) -> subprocess.CompletedProcess:
     """An entry point as a user runs it: ``python experiments/<script>.py`` or ``python -m experiments.<script>``."""
     env = dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    target = ["-m", f"experiments.{script}"] if module else [str(REPO / "experiments" / f"{script}.py")]
+    target = ["-m", f"experiments.{script.replace('/', '.')}"] if module else [str(REPO / "experiments" / f"{script}.py")]
     cmd = [sys.executable, *target, *overrides]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if ok:
@@ -394,7 +395,7 @@ def test_report_on_a_missing_run_dir_says_so_and_creates_nothing(tmp_path) -> No
 
 
 def test_parser_quality_type_accuracy_is_null_without_gold_boxes() -> None:
-    from experiments.parser_quality import format_table, type_accuracy
+    from experiments.quality.parser_quality import format_table, type_accuracy
 
     acc = type_accuracy({"table": {"table": 3, "text": 1}, "chart": {}})
     assert acc == {"table": 0.75, "chart": None}

@@ -12,7 +12,7 @@ import pytest
 
 from experiments.common.headroom import aggregate, measure_episode, neighbourhood_pages, page_order_in_window
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.testing import make_toy_graph
 
 REPO = Path(__file__).resolve().parent.parent

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from mage_gym.env import MageRAGEnv, PrivilegedAccessError
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from policies.oracle import OraclePolicy, privileged_row
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 from policies.topk_page import TopKPagePolicy
 
 QF = hash_query_fn(16)
@@ -45,24 +45,37 @@ def test_oracle_stops_when_no_gold_is_in_the_slots() -> None:
     assert res.decisions == 1 and policy.stats == {"stops_no_gold_in_slots": 1}
 
 
-def test_oracle_opens_gold_elements_in_text_mode() -> None:
-    env = _env(render_mode="text", budget={"k": 2})
+#: Page texts cut at 5 characters: in text mode an active page then covers nothing, only opened elements do.
+CUT = {"max_opened_chars": 5}
+
+
+def test_oracle_opens_gold_elements_in_text_mode_when_page_texts_are_cut() -> None:
+    env = _env(render_mode="text", budget={"k": 2}, render_config=CUT)
     policy = OraclePolicy(env)
     res = run_episode(env, policy, episode_id="elem")
     assert res.metrics["evidence_page_recall"] == 1.0
-    assert policy.stats.get("opens", 0) >= 1  # element gold is covered by an opened node in text mode
+    assert policy.stats.get("opens", 0) >= 1  # element gold is covered by an opened node
     assert res.metrics["element_recall"] == 1.0, res.metrics
 
 
-def test_oracle_opens_an_element_of_page_level_gold_in_text_mode() -> None:
-    """Text mode: an active page is only its summary, which covers nothing; the oracle opens an element of it."""
-    env = _env(render_mode="text", budget={"k": 8})  # every page is an entry page
+def test_oracle_opens_an_element_of_page_level_gold_when_page_texts_are_cut() -> None:
+    """An active page whose text was cut covers nothing; the oracle opens an element of it."""
+    env = _env(render_mode="text", budget={"k": 8}, render_config=CUT)  # every page is an entry page
     policy = OraclePolicy(env)
     res = run_episode(env, policy, episode_id="page")
     assert res.invalid == 0 and policy.stats.get("opens", 0) == 1 and policy.stats.get("stops_all_covered") == 1
     assert res.metrics["evidence_page_recall"] == 1.0 and res.components["support"] == 1.0
     base = run_episode(env, TopKPagePolicy(), episode_id="page")  # the same pages, nothing opened
     assert base.metrics["evidence_page_recall"] == 0.0 and base.components["support"] == 0.0
+
+
+def test_text_mode_page_text_covers_page_level_gold_for_oracle_and_topk_alike() -> None:
+    env = _env(render_mode="text", budget={"k": 8})  # whole page texts: an active gold page is covered
+    policy = OraclePolicy(env)
+    res = run_episode(env, policy, episode_id="page")
+    assert policy.stats == {"stops_all_covered": 1} and res.metrics["evidence_page_recall"] == 1.0
+    base = run_episode(env, TopKPagePolicy(), episode_id="page")
+    assert base.metrics["evidence_page_recall"] == 1.0 and base.components["support"] == 1.0
 
 
 def test_oracle_stops_at_once_without_gold() -> None:

@@ -1,9 +1,9 @@
-"""experiments/perf_train.py: setting parsing, medians (cold and warm), the other-tree runner's failure path."""
+"""experiments/perf/perf_train.py: setting parsing, medians (cold and warm), the other-tree runner's failure path."""
 from __future__ import annotations
 
 import pytest
 
-from experiments.perf_train import measure_tree, median_row, parse_setting, split_setting
+from experiments.perf.perf_train import measure_tree, median_row, parse_setting, split_setting
 
 
 def test_parse_setting() -> None:
@@ -34,7 +34,7 @@ def test_measure_tree_names_the_failure(tmp_path) -> None:
 
 
 def test_as_legacy_keeps_the_settings_overrides() -> None:
-    from experiments.perf_train import as_legacy
+    from experiments.perf.perf_train import as_legacy
 
     assert as_legacy("dummy:2") == "dummy:2:legacy"
     assert as_legacy("dummy:2+policy.ppo.train.hparams.n_steps=512") == \

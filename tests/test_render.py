@@ -43,16 +43,40 @@ def test_visual_mode_sends_page_images_and_crops_of_opened_visual_elements(graph
     assert content[visual_el] == body and content[text_el] == el[text_el].text
 
 
-def test_text_mode_is_the_same_xml_without_images(graph):
+def test_text_mode_sends_each_activated_page_as_its_text_instead_of_its_image(graph):
     st = states(graph, activated=("toy:p1", "toy:p1:e1"), opened=("toy:p1:e2",))
     t = render(graph, st, "text")
     v = render(graph, st, "visual")
     assert t.images == () and t.image_tokens == 0 and t.page_image_ids == ()
+    assert t.page_text_ids == ("toy:p1",) and v.page_text_ids == ()
     import re
 
+    page = graph.pages[1]
     without_images = re.sub(r"<image [^>]*/>\n?", "", v.xml).replace('mode="visual"', 'mode="text"')
-    assert without_images == t.xml
+    assert without_images.replace(f"<summary>{page.summary}</summary>", f"<text>{page.text}</text>") == t.xml
     assert t.node_ids == v.node_ids and t.opened_ids == v.opened_ids
+    root = ET.fromstring(t.xml)
+    assert root.find("page").find("text").text == page.text
+
+
+def test_text_mode_page_text_is_clipped_at_the_readers_limit_and_then_not_whole(graph):
+    long_first = sorted((1, 2), key=lambda p: -len(graph.pages[p].text))
+    long, short = long_first
+    limit = len(graph.pages[long].text) - 1
+    assert len(graph.pages[short].text) <= limit
+    st = states(graph, activated=("toy:p1", "toy:p2"))
+    t = render(graph, st, "text", config={"max_opened_chars": limit})
+    assert t.page_text_ids == (f"toy:p{short}",)  # the long page's text was cut: it may miss its evidence
+    assert graph.pages[long].text[:limit] + " [truncated]" in t.xml
+    assert t.text_tokens == text_tokens(t.xml)
+
+
+def test_a_page_without_text_is_never_sent_whole_in_text_mode(graph):
+    pages = list(graph.pages)
+    pages[1] = replace(pages[1], text="")
+    g = replace(graph, pages=pages)
+    t = render(g, states(g, activated=("toy:p1", "toy:p2")), "text")
+    assert t.page_text_ids == ("toy:p2",)
 
 
 def test_images_are_lazy_and_load_through_the_graph(graph, monkeypatch):

@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common.config import ConfigError, plain
-from experiments.common.results import validate_results
-from experiments.common.training import n_envs_of, train
+from mage_gym.bench.config import ConfigError, plain
+from mage_gym.bench.results import validate_results
+from policies.training.recipe import n_envs_of, train
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import make_toy_graph
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

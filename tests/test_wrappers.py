@@ -11,7 +11,7 @@ import pytest
 
 import mage_gym  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import OBSERVATION_KEYS, MageRAGEnv, PrivilegedAccessError, RoundDecision
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.env.episodes import SealedEpisodes
 from mage_gym.trace import TRACE_FORMAT, load_traces, replay
 from mage_gym.wrappers import PotentialShaping, TextViewInfo, TraceRecording
@@ -82,7 +82,7 @@ def test_old_traces_replay_and_feed_the_report():
 def test_trace_wrapper_through_gym_make_and_the_runner_records_llm_rounds(tmp_path):
     from policies import get_policy
     from policies.llm_evaluator import CallableBackend
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     reply = '<agent_decision><selected_actions><action index="1"/></selected_actions></agent_decision>'
     policy = get_policy("llm_evaluator", backend=CallableBackend(lambda system, user: reply), cache=False)

@@ -161,7 +161,7 @@ def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequenc
 def run_oracle(env: Any, episode_id: str, seed: int) -> dict[str, Any]:
     """The oracle's page recall, pages and tokens on one episode (privileged env)."""
     from policies.oracle import OraclePolicy
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     policy = OraclePolicy(env)
     r = run_episode(env, policy, episode_id, seed=seed)

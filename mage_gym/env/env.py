@@ -21,6 +21,7 @@ the operations inside an LLM round reach them too).
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import asdict, dataclass, replace
 from typing import Any, Callable, Mapping, Sequence
 
@@ -113,6 +114,31 @@ class RoundDecision:
         return asdict(self)
 
 
+def _fragment_memo(gi: GraphIndex) -> dict:
+    """The renderer's node-fragment memo for the index's graph (kept on the index: it lives and dies with it)."""
+    return gi.derived("render.fragments", lambda _: {})
+
+
+def effective_render_mode(reader: Any, render_mode: str) -> str:
+    """The render mode the env really plays with ``reader``: ``text`` when the reader takes no images.
+
+    Why: a ``visual`` render sends page images, and the coverage rule counts a
+    page whose image was sent; a text-only reader (``vision=false``, any
+    causal LM) would drop the pixels and be credited with pages it never
+    saw. In ``text`` mode it gets each activated page's text instead.
+    """
+    return "text" if render_mode == "visual" and getattr(reader, "uses_images", True) is False else render_mode
+
+
+def reader_render_mode(reader: Any, render_mode: str) -> str:
+    """:func:`effective_render_mode`, with a warning when it differs from the mode asked for."""
+    mode = effective_render_mode(reader, render_mode)
+    if mode != render_mode:
+        warnings.warn(f"reader {getattr(reader, 'name', type(reader).__name__)!r} takes no images: the env renders "
+                      "in text mode (activated pages as their text), render_mode='text'", UserWarning, stacklevel=3)
+    return mode
+
+
 class MageRAGEnv(gym.Env):
     """An evidence controller grows and prunes a working subgraph of a document graph under a budget.
 
@@ -190,7 +216,8 @@ class MageRAGEnv(gym.Env):
       ``graph_kwargs`` go to :class:`LazyGraphProvider`), or a provider;
     - ``budget``: a :class:`Budget` or a mapping with k, m, M, T, B;
     - ``K``: candidate slots (default 64);
-    - ``render_mode``: ``visual`` (page images) or ``text``: the reader input;
+    - ``render_mode``: ``visual`` (page images) or ``text`` (page text): the
+      reader input; a reader that takes no images always gets ``text``;
     - ``reward``: a :class:`~mage_gym.reward.RewardConfig` or mapping;
     - ``reader``: ``"oracle"``, a reader name (options in ``reader_cfg``) or a Reader;
     - ``retriever``: a name (shared per process; options in ``retriever_cfg``)
@@ -209,7 +236,7 @@ class MageRAGEnv(gym.Env):
     Traces, the text view in ``info`` and shaping are wrappers
     (:mod:`mage_gym.wrappers`); ``gym.make("MageRAG-v0", ...)`` applies them
     for the keywords ``trace_path`` / ``record_trace``, ``text_view_in_info``
-    and ``shaping`` (:mod:`mage_gym.env.factory`).
+    and ``shaping`` (:mod:`mage_gym.make`).
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
@@ -242,6 +269,7 @@ class MageRAGEnv(gym.Env):
             raise ValueError(f"reward shaping is a wrapper now: use {_MOVED_TO_WRAPPERS['shaping']}")
         self.render_config = RenderConfig.coerce(render_config)
         self.reader = self._make_reader(reader, shortcuts.get("reader_cfg"))
+        self.render_mode = reader_render_mode(self.reader, render_mode)
         self.retrieval = EnvRetrieval(retriever, shortcuts.get("retriever_cfg"), query_fn)
         self.final_open_pass = bool(final_open_pass)
         self.privileged = bool(privileged)
@@ -457,7 +485,9 @@ class MageRAGEnv(gym.Env):
 
     def render(self) -> RenderedInput:
         """The reader input the current working subgraph would give (images stay lazy)."""
-        return render(self.graph, self._require(), self.render_mode, self.question, self.render_config)
+        state = self._require()
+        return render(state.gi.graph, state, self.render_mode, self.question, self.render_config,
+                      _fragment_memo(state.gi))
 
     def close(self) -> None:
         self.state = None
@@ -638,7 +668,7 @@ class MageRAGEnv(gym.Env):
         assert conv is not None
         question, gold = loaded.turn(conv.turn)
         asked = reader_question(conv.history(), question)  # a follow-up comes with the earlier turns
-        rendered = render(graph, state, self.render_mode, asked, self.render_config)
+        rendered = render(graph, state, self.render_mode, asked, self.render_config, _fragment_memo(state.gi))
         out: ReaderOutput = self.reader.read(rendered)
         state.counters.reader_calls += 1
         outcome = score_episode(graph, gold, rendered, out, bool(self.reader.answers), state.counters,

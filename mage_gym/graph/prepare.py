@@ -42,7 +42,7 @@ class EmbedConfig(Settings):
 
     The defaults (80 characters, ``"mean"``) scored best on page recall@5 of
     question vectors among the lengths and poolings compared with
-    ``experiments/embed_precision.py``; figures live in results files and
+    ``experiments/quality/embed_precision.py``; figures live in results files and
     ``docs/RESULTS.md``, never in code, so each is measured in one place.
     """
 

@@ -12,7 +12,7 @@ process assembles the document from the chunks' prepared pages and vectors
 (:mod:`.assemble`). The chunks can also run elsewhere: any
 ``chunk_executor`` with ``submit(fn, *args) -> concurrent.futures.Future``
 replaces the pool (a Ray cluster does, in
-``experiments/common/distributed/build.py``).
+``mage_gym/bench/distributed/build.py``).
 
 Ctrl-C: a ``KeyboardInterrupt`` in the calling process cancels the chunks not
 yet started and terminates the workers (a chunk of layout pages would
@@ -189,7 +189,7 @@ def page_chunks(n: int, workers: int, min_pages: int = 4, max_pages: int = 32) -
     between ``min_pages`` and ``max_pages`` (the cap bounds a worker's memory
     on 500-page filings). Why decreasing: with equal chunks, the worker that
     draws the last one works alone while the other idles; small chunks at the
-    end let both finish together (measured by ``experiments/perf_graph.py``),
+    end let both finish together (measured by ``experiments/perf/perf_graph.py``),
     and large ones at the start keep the per-call overhead low.
     """
     out: list[list[int]] = []

@@ -48,6 +48,7 @@ class RenderedInput:
     node_ids: tuple[str, ...] = ()  # nodes rendered in any form
     opened_ids: tuple[str, ...] = ()  # nodes rendered with full content
     page_image_ids: tuple[str, ...] = ()  # pages sent as images
+    page_text_ids: tuple[str, ...] = ()  # pages sent with their whole text (text mode; never clipped ones)
     text_tokens: int = 0
     image_tokens: int = 0
     # Tokens attributable to each rendered node (its XML fragment plus its image),

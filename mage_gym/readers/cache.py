@@ -122,6 +122,21 @@ class ResponseCache:
         self._conn: sqlite3.Connection | None = None
         self._pid = -1
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles keep the path and settings; the lock and connection are process-local.
+
+        Why: ``gym.make`` deep-copies an env's keywords into its spec, and Ray
+        actors or subprocess vector envs pickle the env; a sqlite connection and a
+        lock can do neither. The copy reopens the same file on first use.
+        """
+        state = dict(self.__dict__)
+        state.update(_lock=None, _conn=None, _pid=-1)
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
     def _connection(self) -> sqlite3.Connection:
         # A connection must not cross a fork: reopen in a child process.
         if self._conn is None or self._pid != os.getpid():
@@ -181,6 +196,16 @@ class CachedReader:
         self.include_images = bool(getattr(reader, "uses_images", True))
         self.hits = 0
         self.misses = 0
+        self._count_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies share nothing process-local: the counter lock is rebuilt (the cache reopens its file)."""
+        state = dict(self.__dict__)
+        state["_count_lock"] = None
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
         self._count_lock = threading.Lock()
 
     @property

@@ -105,6 +105,18 @@ class HFReader(GenerativeReader):
         self.model_id = model_id or self._default_model_id()
         self._loaded: LoadedModel | None = None
 
+    def __getstate__(self) -> dict[str, Any]:
+        """Copies and pickles carry the configuration, never the loaded weights.
+
+        Why: ``gym.make`` deep-copies the env's keywords (the reader among them)
+        into ``env.spec``, and Ray / subprocess envs pickle it. A copy reloads on
+        its first read; in the same process that is the memo's model (no second
+        load), in another process a fresh load of the same files.
+        """
+        state = dict(self.__dict__)
+        state["_loaded"] = None
+        return state
+
     # --- identity ------------------------------------------------------------
 
     def _default_model_id(self) -> str:

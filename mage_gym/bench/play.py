@@ -128,12 +128,11 @@ def play_episodes(env: Any, policy: Any, episodes: Sequence[Any], seed: int = 0,
     error, stats)`` and the loop goes on; ``on_failure`` may raise to stop.
     Anything else (and everything, without ``on_failure``) propagates.
     """
-    from tqdm import tqdm
-
+    from mage_gym.progress import progress_bar
     from mage_gym.readers.errors import error_kind
 
     results: list[Any] = []
-    bar = tqdm(episodes, desc=desc, unit="ep", disable=not progress, leave=False)
+    bar = progress_bar(episodes, desc=desc, unit="ep", disable=not progress, leave=False)
     for i, ep in enumerate(bar):
         episode_id = episode_id_of(ep)
         if episode_id in skip:

@@ -259,7 +259,7 @@ def parse_and_embed_parallel(src: DocumentSource, parser: str, pcfg: Mapping[str
     """
     from concurrent.futures.process import BrokenProcessPool
 
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     runner = get_pool(workers) if chunk_executor is None else chunk_executor
     ranges = page_chunks(n, workers) if chunks is None else even_chunks(n, chunks)
@@ -272,7 +272,7 @@ def parse_and_embed_parallel(src: DocumentSource, parser: str, pcfg: Mapping[str
 
     stop = terminate_pool if chunk_executor is None else cancel_queued
     try:
-        with tqdm(total=n, desc=f"parse+embed {Path(src.path).name[:30]}", unit="page", leave=False,
+        with progress_bar(total=n, desc=f"parse+embed {Path(src.path).name[:30]}", unit="page", leave=False,
                   disable=None if progress and n >= 20 else True) as bar:
             results: list[ChunkResult] = wait_all(futs, on_done=lambda f: bar.update(len(f.result().prepared)),
                                                   on_interrupt=stop)

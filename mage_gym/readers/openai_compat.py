@@ -325,9 +325,9 @@ class OpenAIReader(GenerativeReader):
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             results = pool.map(one, inputs)
             if progress:
-                from tqdm import tqdm
+                from mage_gym.progress import progress_bar
 
-                results = tqdm(results, total=len(inputs), desc="reader")
+                results = progress_bar(results, total=len(inputs), desc="reader")
             return list(results)
 
 

@@ -300,11 +300,11 @@ class ColPaliRetriever:
 
     def _compute(self, graph: EvidenceGraph) -> PageEmbeddings:
         self.load()
-        from tqdm.auto import tqdm
+        from mage_gym.progress import progress_bar
 
         mats: list[np.ndarray] = []
         starts = range(0, graph.n_pages, self.batch_size)
-        for start in tqdm(starts, desc=f"colpali pages {graph.doc_id}", unit="batch",
+        for start in progress_bar(starts, desc=f"colpali pages {graph.doc_id}", unit="batch",
                           disable=not self.show_progress or graph.n_pages <= self.batch_size):
             pages = range(start, min(start + self.batch_size, graph.n_pages))
             images = [render_page_image(graph, p, self.dpi, self.max_side) for p in pages]

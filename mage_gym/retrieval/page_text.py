@@ -321,10 +321,10 @@ class PageTextDenseRetriever:
             return np.zeros((0, int(getattr(encoder, "dim", 0) or 0)), dtype=np.float32)
         if len(texts) <= _BLOCK:
             return _unit_rows(encoder.encode(texts))
-        from tqdm import tqdm
+        from mage_gym.progress import progress_bar
 
         parts = []
-        bar = tqdm(range(0, len(texts), _BLOCK), desc=f"page-text vectors {doc_id[:30]}", unit="block",
+        bar = progress_bar(range(0, len(texts), _BLOCK), desc=f"page-text vectors {doc_id[:30]}", unit="block",
                    disable=None if self.progress else True, leave=False)
         for lo in bar:
             parts.append(np.asarray(encoder.encode(texts[lo: lo + _BLOCK]), dtype=np.float32))

@@ -86,18 +86,18 @@ def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: 
     ``offset``: environment steps spent before this ``learn`` (imitation rollouts), added to each row's
     ``timesteps`` so the learning curve counts every environment step of the run."""
     from stable_baselines3.common.callbacks import BaseCallback
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     class TrainCallback(BaseCallback):
         def _on_training_start(self) -> None:
             self.t0 = time.perf_counter()
-            self.bar = tqdm(total=total, desc="train", unit="step")
+            self.bar = progress_bar(total=total, desc="train", unit="step")
             self.next_eval = eval_freq
             self.final_done = False
 
         def _on_step(self) -> bool:
             n = self.num_timesteps
-            self.bar.n = min(n, total)
+            self.bar.update(min(n, total) - self.bar.n)  # update(), not n=: the bar redraws (or logs) as it goes
             if n >= total:  # SB3 finishes the current rollout past `total`: evaluate once, then stop
                 if not self.final_done:
                     self.final_done = True

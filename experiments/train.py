@@ -17,9 +17,10 @@ The recipes (``train.algo``: ppo, dagger, dagger_ppo) are in
 oracle-reader envs (in this process by default), behaviour-cloning warm start from
 ``train.bc.teacher`` or DAgger rounds from the oracle, PPO with periodic
 validation and model selection on the validation split, never on test).
-Options: ``train.*`` (conf/training/default.yaml),
-the learner's ``policy.ppo.*`` (network and PPO hyperparameters under
-``policy.ppo.train``), ``dataset.limit`` (training episodes).
+Options: ``train.*`` (conf/training/default.yaml; the learner's algorithm,
+network and PPO hyperparameters under ``train.ppo``), the learner's acting
+options ``policy.ppo.*`` (e.g. its render mode), ``dataset.limit`` (training
+episodes).
 
 Writes into the run directory (``outputs/train/<dataset>__ppo__<seed>__<time>``):
 ``checkpoint.zip`` (+ ``checkpoint.json``: algorithm, node features, observation keys,

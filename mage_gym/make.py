@@ -4,19 +4,17 @@
 are reached as ``mage_gym.make_env`` / ``mage_gym.make_training_env``.
 
 Why a factory as the registered entry point: experiment configs pass one flat
-set of keywords. Those of the env go to :class:`MageRAGEnv`; four name
-wrappers (:mod:`mage_gym.wrappers`): ``trace_path=PATH`` / ``record_trace=True``
-(:class:`TraceRecording`, to a JSONL file / in memory), ``text_view_in_info=True``
-(:class:`TextViewInfo`), ``shaping=True`` or ``{"gamma", "scale"}``
-(:class:`PotentialShaping`, needs ``privileged=True``) and, kept for old
-configs, ``reward.shaping: true`` (deprecated: it turns ``privileged`` on
-with a warning). Gymnasium records these keywords in ``env.spec`` (the
-episodes sealed), so ``gym.make(env.spec)`` rebuilds the same stack.
+set of keywords. Those of the env (its :class:`~mage_gym.env.config.EnvConfig`
+settings, reader, retriever, query_fn, privileged) go to :class:`MageRAGEnv`;
+four name wrappers (:mod:`mage_gym.wrappers`): ``trace_path=PATH`` /
+``record_trace=True`` (:class:`TraceRecording`, to a JSONL file / in memory),
+``text_view_in_info=True`` (:class:`TextViewInfo`) and ``shaping=True`` or
+``{"gamma", "scale"}`` (:class:`PotentialShaping`, needs ``privileged=True``).
+Gymnasium records these keywords in ``env.spec`` (the episodes sealed), so
+``gym.make(env.spec)`` rebuilds the same stack.
 """
 from __future__ import annotations
 
-import warnings
-from dataclasses import replace
 from typing import Any, Mapping
 
 import gymnasium as gym
@@ -29,20 +27,10 @@ from mage_gym.wrappers import wrap
 
 def make_mage_rag(**kwargs: Any) -> gym.Env:
     """The ``MageRAG-v0`` entry point (see the module docstring for the wrapper keywords)."""
-    from mage_gym import reward as R
-
     trace_path = kwargs.pop("trace_path", None)
     record_trace = bool(kwargs.pop("record_trace", False))
     text_view_in_info = bool(kwargs.pop("text_view_in_info", False))
     shaping: bool | Mapping[str, Any] = kwargs.pop("shaping", False) or False
-    cfg = R.RewardConfig.coerce(kwargs.get("reward"))
-    if cfg.shaping:
-        warnings.warn("reward.shaping is deprecated: build the training env with "
-                      "mage_gym.make_training_env(..., privileged=True, shaping=True); turning privileged on",
-                      DeprecationWarning, stacklevel=2)
-        shaping = {"gamma": cfg.shaping_gamma, "scale": cfg.shaping_scale}
-        kwargs["reward"] = replace(cfg, shaping=False)
-        kwargs["privileged"] = True
     if shaping and not kwargs.get("privileged"):
         raise PrivilegedAccessError("shaping reads gold: pass privileged=True as well")
     trace = trace_path or record_trace
@@ -73,9 +61,9 @@ def make_env(dataset: str | None = None, *, episodes: Any = None, root: str | No
     ``dataset`` (mmlongbench, longdocurl, financebench, synth) loads episodes
     with ``mage_gym.data.registry.load_dataset(dataset, root, split, limit,
     seed)``; graphs are built (or loaded from the graph cache) on first use.
-    Other keywords go to :class:`MageRAGEnv` (budget, K, render_mode, reward,
-    reader, retriever, final_open_pass, observation_keys, privileged, ...) or
-    name wrappers (``trace_path`` / ``record_trace``, ``text_view_in_info``,
+    Other keywords go to :class:`MageRAGEnv` (``config`` and its settings:
+    budget, K, render_mode, reward, ...; reader, retriever, query_fn,
+    privileged) or name wrappers (``trace_path`` / ``record_trace``, ``text_view_in_info``,
     ``shaping``; see :func:`make_mage_rag`).
     """
     if (dataset is None) == (episodes is None):

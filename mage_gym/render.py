@@ -31,7 +31,7 @@ capped at ``page_max_side`` px; crops at ``crop_dpi``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 from xml.sax.saxutils import escape as _xml_escape
 
@@ -66,11 +66,20 @@ class RenderConfig:
 
     @classmethod
     def coerce(cls, value: "RenderConfig | dict | None") -> "RenderConfig":
+        """A record from a mapping; unknown keys: a TypeError naming the valid ones."""
         if value is None:
             return cls()
         if isinstance(value, RenderConfig):
             return value
-        return cls(**dict(value))
+        data = dict(value)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            raise TypeError(f"unknown render setting(s) {unknown}; valid: {', '.join(valid)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def text_tokens(text: str) -> int:

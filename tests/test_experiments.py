@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -69,7 +68,7 @@ def toy_cfg(name: str = "benchmark", **extra) -> dict:
     if name == "train":
         cfg["train"].update(split="all", eval_split="all", eval_episodes=4, eval_freq=128, total_timesteps=256,
                             n_envs=2)
-        cfg["policy"]["ppo"]["train"]["hparams"].update(n_steps=64, batch_size=64, n_epochs=1)
+        cfg["train"]["ppo"]["hparams"].update(n_steps=64, batch_size=64, n_epochs=1)
         cfg["train"]["bc"].update(enabled=True, teacher="heuristic", episodes=8, updates=50, batch_size=64)
     cfg.update(extra)
     return cfg
@@ -141,7 +140,7 @@ def test_experiment_code_never_rereads_policy_yaml() -> None:
 
 
 def test_every_policy_composed_once_and_one_env_block() -> None:
-    from mage_gym.env import MageRAGEnv
+    from mage_gym.env import EnvConfig
     from policies import POLICIES
 
     cfgs = {n: compose(n) for n in ("benchmark", "train", "main", "paper")}
@@ -154,10 +153,8 @@ def test_every_policy_composed_once_and_one_env_block() -> None:
     assert cfgs["benchmark"]["env"]["render_mode"] == "visual" and cfgs["paper"]["env"]["render_mode"] == "visual"
     assert cfgs["benchmark"]["env"]["reward"]["lambda_cost"] == cfgs["paper"]["env"]["reward"]["lambda_cost"] == 1.0
     assert cfgs["paper"]["env"]["final_open_pass"] is True
-    # the env node is passed whole: every key must be a MageRAGEnv keyword argument
-    params = set(inspect.signature(MageRAGEnv.__init__).parameters)
-    params |= set(getattr(sys.modules[MageRAGEnv.__module__], "SHORTCUT_KEYWORDS", ()))  # keywords via **kwargs
-    assert set(cfgs["benchmark"]["env"]) <= params, set(cfgs["benchmark"]["env"]) - params
+    # the env node is passed whole: every key must be an EnvConfig setting
+    assert set(cfgs["benchmark"]["env"]) <= set(EnvConfig.settings()), set(cfgs["benchmark"]["env"])
     over = compose("main", "policy.heuristic.open_min_rel=0.5")
     assert over["policy"]["heuristic"]["open_min_rel"] == 0.5 and over["policy"]["llm_evaluator"]["limit"] == 3
 
@@ -222,7 +219,6 @@ def test_benchmark_rejects_unknown_parser_and_policy_before_any_work(tmp_path) -
     assert not (tmp_path / "episodes.jsonl").exists()
 
 
-@pytest.mark.filterwarnings("error:reward.shaping is deprecated:DeprecationWarning")
 def test_train_then_benchmark_records_the_checkpoint(pairs, tmp_path) -> None:
     from policies import get_policy
 
@@ -267,9 +263,12 @@ def test_only_training_envs_are_privileged_and_shaped(pairs) -> None:
     from policies.training.recipe import shaping_kwargs
 
     cfg = toy_cfg("train")
-    assert shaping_kwargs(cfg["env"], False) == {}
-    kw = shaping_kwargs(cfg["env"], True)
+    assert shaping_kwargs(False) == {} and cfg["train"]["shaping"] is True
+    kw = shaping_kwargs(True)
     assert kw == {"privileged": True, "shaping": {"gamma": 1.0, "scale": 1.0}}
+    assert shaping_kwargs({"gamma": 0.9})["shaping"] == {"gamma": 0.9, "scale": 1.0}
+    with pytest.raises(ConfigError, match="train.shaping"):
+        shaping_kwargs({"gama": 0.9})
     shaped = make_env(pairs, {**cfg, "env": {**cfg["env"], **kw}}, reader="oracle")
     plain_env = make_env(pairs, cfg, reader="oracle")
     try:
@@ -359,7 +358,7 @@ def test_train_module_end_to_end(corpus, tmp_path) -> None:
     run_script("train", tmp_path, f"hydra.run.dir={tmp_path}", "dataset=synth", f"dataset.root={corpus}",
                "train.split=all", "train.eval_split=all", "train.eval_episodes=2", "train.total_timesteps=128",
                "train.eval_freq=128", "train.n_envs=1", "train.bc.episodes=4", "train.bc.updates=10",
-               "policy.ppo.train.hparams.n_steps=64", "policy.ppo.train.hparams.batch_size=32", "logger=none",
+               "train.ppo.hparams.n_steps=64", "train.ppo.hparams.batch_size=32", "logger=none",
                "retriever=bm25", *SMALL_ENV, module=True)
     check_results(tmp_path / "results.json", 1)
     assert (tmp_path / "checkpoint.zip").is_file() and not list(tmp_path.glob("wandb"))

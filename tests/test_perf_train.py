@@ -9,7 +9,7 @@ from experiments.perf.perf_train import measure_tree, median_row, parse_setting,
 def test_parse_setting() -> None:
     assert parse_setting("dummy:2") == ("dummy", 2, False)
     assert parse_setting("subproc:4:legacy") == ("subproc", 4, True)
-    assert parse_setting("dummy:8+policy.ppo.train.hparams.n_steps=128") == ("dummy", 8, False)
+    assert parse_setting("dummy:8+train.ppo.hparams.n_steps=128") == ("dummy", 8, False)
     assert split_setting("dummy:8+a.b=1+c=2") == ("dummy:8", ["a.b=1", "c=2"])
     assert split_setting("subproc:2:legacy") == ("subproc:2:legacy", [])
     for bad in ("dummy", "thread:2", "dummy:2:old", "dummy:x", "dummy+x=1"):
@@ -37,7 +37,7 @@ def test_as_legacy_keeps_the_settings_overrides() -> None:
     from experiments.perf.perf_train import as_legacy
 
     assert as_legacy("dummy:2") == "dummy:2:legacy"
-    assert as_legacy("dummy:2+policy.ppo.train.hparams.n_steps=512") == \
-        "dummy:2:legacy+policy.ppo.train.hparams.n_steps=512"
+    assert as_legacy("dummy:2+train.ppo.hparams.n_steps=512") == \
+        "dummy:2:legacy+train.ppo.hparams.n_steps=512"
     assert as_legacy("subproc:2:legacy+a=1") == "subproc:2:legacy+a=1"
     assert parse_setting(as_legacy("dummy:2+a=1")) == ("dummy", 2, True)

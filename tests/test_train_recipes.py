@@ -47,7 +47,7 @@ def cfg_for(algo: str, **train: object) -> dict:
                          "total_timesteps": 128, "n_envs": 1, **train})
     cfg["train"]["dagger"].update(rounds=2, episodes_per_round=4, updates=20, batch_size=32, patience=2)
     cfg["train"]["bc"].update(enabled=False)
-    cfg["policy"]["ppo"]["train"]["hparams"].update(n_steps=64, batch_size=32, n_epochs=1)
+    cfg["train"]["ppo"]["hparams"].update(n_steps=64, batch_size=32, n_epochs=1)
     cfg["torch_threads"] = 1
     return cfg
 

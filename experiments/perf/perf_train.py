@@ -2,8 +2,8 @@
 
 Why a separate script: the steps/s that train.py logs include validation
 inside ``learn``; this one runs ``learn`` with no callback but a timer, so
-the figures are the training loop alone. ``policy.ppo``'s network and PPO
-hyperparameters (conf/policy/ppo.yaml) are used unchanged; the training
+the figures are the training loop alone. The learner's network and PPO
+hyperparameters (``train.ppo``, conf/training/default.yaml) are used unchanged; the training
 envs are built exactly as train.py builds them (oracle reader, shaping per
 ``train.shaping``). Settings run one after the other, each in a fresh
 process (so no setting inherits caches another one warmed), on the same
@@ -11,7 +11,7 @@ corpus, with the same seed and step count. A setting is
 ``kind:n_envs[:legacy]``:
 
 * ``before`` (``--before``, default
-  ``subproc:2:legacy+policy.ppo.train.hparams.n_steps=512``): train.py's old
+  ``subproc:2:legacy+train.ppo.hparams.n_steps=512``): train.py's old
   default path (``train.n_envs`` = 2 cores x 512 steps, ``SubprocVecEnv``), each env with
   its own episode provider (its own copy of every graph) and the caches at
   their library defaults (a few graphs, 128 questions), so most resets on a
@@ -23,17 +23,19 @@ corpus, with the same seed and step count. A setting is
   forward batched over them): the same 1,024 samples per update as
   ``before``, so PPO learns alike per env step (validation reward at equal
   steps, and the 3-seed curves of ``training_ppo_n_envs``). ``dummy:2+
-  policy.ppo.train.hparams.n_steps=512`` is today's code on the old rollout
+  train.ppo.hparams.n_steps=512`` is today's code on the old rollout
   shape, which changes only the time;
 * optionally more (``--also dummy:1:legacy,dummy:1,dummy:2``; a setting
   collects n_envs x n_steps per update, so another product learns
   differently per env step; a setting may carry its own config overrides
-  after ``+``, e.g. ``dummy:2+policy.ppo.train.hparams.n_steps=512``).
+  after ``+``, e.g. ``dummy:2+train.ppo.hparams.n_steps=512``).
 
 ``--before-tree DIR`` times ``--before`` in another checkout instead of
 this tree's ``legacy`` emulation: the old code itself, its envs built as
 its train.py built them, started beside the new one in the same run
-(:mod:`experiments.perf.perf_train_tree`; its graphs go to ``--before-cache``).
+(:mod:`experiments.perf.perf_train_tree`; its graphs go to ``--before-cache``;
+a checkout from before issue 32 names the learner's settings
+``policy.ppo.train.*``, so a ``--before`` override for it takes that form).
 That is the honest "before" for a target stated against an older figure:
 the legacy emulation runs on today's (faster) env code. ``--warm`` adds a
 second timed ``learn(steps)`` per setting on the same model (caches and
@@ -60,11 +62,11 @@ Run::
 
     .venv/bin/python experiments/perf/perf_train.py                       # outputs/perf_train/results.json
     .venv/bin/python experiments/perf/perf_train.py --steps 4096 --corpora synth -- train.shaping=false
-    .venv/bin/python experiments/perf/perf_train.py --after subproc:8 --also dummy:2+policy.ppo.train.hparams.n_steps=512
+    .venv/bin/python experiments/perf/perf_train.py --after subproc:8 --also dummy:2+train.ppo.hparams.n_steps=512
     .venv/bin/python experiments/perf/perf_train.py --corpora real_mix --repeats 3    # medians of 3 interleaved runs
     git archive e7c6e2b | tar -x -C /tmp/tree_before                              # train.py before issue 14
     .venv/bin/python experiments/perf/perf_train.py --corpora real_mix --before dummy:2 --before-tree /tmp/tree_before \
-        --before-cache /tmp/cache_before --also dummy:2:legacy+policy.ppo.train.hparams.n_steps=512 --warm --repeats 3
+        --before-cache /tmp/cache_before --also dummy:2:legacy+train.ppo.hparams.n_steps=512 --warm --repeats 3
 """
 from __future__ import annotations
 
@@ -100,7 +102,7 @@ def median_row(rows: list[dict[str, Any]]) -> dict[str, Any]:
 def split_setting(spec: str) -> tuple[str, list[str]]:
     """``kind:n_envs[:legacy][+override...]`` -> (``kind:n_envs[:legacy]``, [config overrides of this setting]).
 
-    e.g. ``dummy:8+policy.ppo.train.hparams.n_steps=128``: eight envs with 128-step segments, so each update
+    e.g. ``dummy:8+train.ppo.hparams.n_steps=128``: eight envs with 128-step segments, so each update
     still sees 8 x 128 = 1,024 samples as two envs x 512 do.
     """
     base, *overrides = spec.strip().split("+")
@@ -199,16 +201,15 @@ def measure(cfg: Mapping[str, Any], train_eps: list[Any], val_eps: list[Any], ki
     from stable_baselines3.common.monitor import Monitor
 
     from mage_gym.bench.envs import make_env
-    from mage_gym.bench.policy_options import policy_options
     from policies.training.corpora import training_setup
-    from policies.training.recipe import LEARNER, VAL_SEED, evaluate, make_vec_env, training_env_factory
+    from policies.training.recipe import VAL_SEED, evaluate, make_vec_env, ppo_settings, training_env_factory
     from policies.ppo import build_model
 
     tc, env_cfg = cfg["train"], cfg["env"]
-    ptrain = dict(policy_options(cfg, LEARNER).get("train") or {})
+    ptrain = ppo_settings(tc)
     algo = ptrain.get("algo", "maskable_ppo")
     render_mode = env_cfg.get("render_mode", "visual")
-    shaping = bool(tc.get("shaping", False))
+    shaping = bool(tc["shaping"])
     train_cfg, n_docs, n_questions = training_setup(cfg, train_eps)
 
     def make_legacy() -> Any:  # train.py's envs before they shared a provider and sized the caches
@@ -265,7 +266,7 @@ def timed_learn(model: Any, steps: int, fast: bool, cfg: Mapping[str, Any], rese
 def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--steps", type=int, default=8192, help="env steps of each learn() call")
-    ap.add_argument("--before", default="subproc:2:legacy+policy.ppo.train.hparams.n_steps=512",
+    ap.add_argument("--before", default="subproc:2:legacy+train.ppo.hparams.n_steps=512",
                     help="the reference setting (kind:n_envs[:legacy][+override...])")
     ap.add_argument("--after", default="dummy:8", help="the setting compared with it (train.py's default)")
     ap.add_argument("--also", default="", help="more settings to measure, e.g. subproc:2,dummy:4:legacy")
@@ -308,8 +309,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         "command": " ".join([Path(sys.executable).name, "experiments/perf/perf_train.py", *(argv or sys.argv[1:])]),
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
                     "loadavg_start": os.getloadavg()},
-        "steps": args.steps, "hparams": (cfg["policy"]["ppo"].get("train") or {}).get("hparams"),
-        "net": (cfg["policy"]["ppo"].get("train") or {}).get("net"), "corpora": {}}
+        "steps": args.steps, "hparams": (cfg["train"].get("ppo") or {}).get("hparams"),
+        "net": (cfg["train"].get("ppo") or {}).get("net"), "corpora": {}}
     for name in [c.strip() for c in args.corpora.split(",") if c.strip()]:
         print(f"[{name}]", flush=True)
         train, val, desc = corpus_episodes(name, cfg, Path(args.synth_root), args.synth_docs, args.synth_seed,

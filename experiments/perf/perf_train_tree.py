@@ -7,10 +7,12 @@ time. ``perf_train.py`` starts this script with the old checkout first on
 deletes newer cache entries it meets), so everything imported here is the
 old tree's. It therefore only calls functions whose signatures have not
 changed since the training loop existed (``load_episodes``,
-``prepare_graphs``, ``make_env``, ``build_model``, ``shaping_kwargs``,
-``evaluate``) and builds the training envs the way ``train.py`` built them
-then: one episode provider per env, caches at their library defaults, SB3's
-``DummyVecEnv`` (or ``SubprocVecEnv``), plain ``model.learn``.
+``prepare_graphs``, ``make_env``, ``build_model``, ``evaluate``; for
+``shaping_kwargs`` and the learner's settings, which issue 32 moved from
+``policy.ppo.train`` to ``train.ppo``, it reads either form) and builds
+the training envs the way ``train.py`` built them then: one episode
+provider per env, caches at their library defaults, SB3's ``DummyVecEnv``
+(or ``SubprocVecEnv``), plain ``model.learn``.
 
 It prints one JSON object (the same row fields as ``perf_train.measure``)
 as its last stdout line. Its timer is this tree's
@@ -103,10 +105,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.prepare_only:  # build that tree's graphs into its cache, nothing timed
         print(json.dumps({"tree": str(tree), "graphs_s": graphs_s, "train_episodes": len(train)}))
         return 0
-    ptrain = dict((cfg["policy"]["ppo"].get("train") or {}))
+    # the learner's training settings: train.ppo since issue 32 (one place), policy.ppo.train in older trees
+    ptrain = dict(tc.get("ppo") or (cfg["policy"]["ppo"].get("train") or {}))
     algo = ptrain.get("algo", "maskable_ppo")
     render_mode = env_cfg.get("render_mode", "visual")
-    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, bool(tc.get("shaping", False)))}}
+    import inspect
+
+    if len(inspect.signature(shaping_kwargs).parameters) == 1:  # shaping_kwargs(train.shaping) since issue 32
+        shaping_kw = shaping_kwargs(tc.get("shaping", False))
+    else:  # older trees: shaping_kwargs(env node, on/off)
+        shaping_kw = shaping_kwargs(env_cfg, bool(tc.get("shaping", False)))
+    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kw}}
     n_docs = len({episode_of(e).source for e in train})
 
     def make_one() -> Any:

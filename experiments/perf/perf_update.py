@@ -46,7 +46,7 @@ Run::
 
     .venv/bin/python experiments/perf/perf_update.py                  # outputs/perf_update/results.json
     .venv/bin/python experiments/perf/perf_update.py --threads 1,2 --repeats 5 --compile   # and torch.compile's figure
-    .venv/bin/python experiments/perf/perf_update.py -- policy.ppo.train.net.hidden=32   # a smaller net's floor
+    .venv/bin/python experiments/perf/perf_update.py -- train.ppo.net.hidden=32   # a smaller net's floor
 """
 from __future__ import annotations
 
@@ -192,9 +192,8 @@ def build_model(overrides: Sequence[str], synth_docs: int, synth_seed: int) -> A
     """A MaskablePPO model of train.py's config on the synthetic ``tiny`` corpus, its rollout buffer filled once."""
     from mage_gym.bench.config import quiet_libraries
     from policies.training.fast_learn import learn
-    from mage_gym.bench.policy_options import policy_options
     from policies.training.corpora import compose, corpus_episodes, training_setup
-    from policies.training.recipe import LEARNER, make_vec_env, training_env_factory
+    from policies.training.recipe import make_vec_env, ppo_settings, training_env_factory
     from mage_gym.paths import cache_root
     from policies.ppo import build_model as build_ppo
 
@@ -202,7 +201,7 @@ def build_model(overrides: Sequence[str], synth_docs: int, synth_seed: int) -> A
     cfg = compose(["logger=none", "env.parser=fast", *overrides])
     root = cache_root() / "synth" / f"tiny_n{synth_docs}_s{synth_seed}"
     train, _, _ = corpus_episodes("synth", cfg, root, synth_docs, synth_seed, val_episodes=0)
-    ptrain = dict(policy_options(cfg, LEARNER).get("train") or {})
+    ptrain = ppo_settings(cfg["train"])
     train_cfg, n_docs, n_questions = training_setup(cfg, train)  # as perf_train builds its envs
     make_one = training_env_factory(train, train_cfg, cfg["env"].get("render_mode", "visual"), min(64, n_docs),
                                     n_questions)
@@ -222,7 +221,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--compile", action="store_true",
                     help="then the same with the extractor under torch.compile (most threads; slow to build)")
     ap.add_argument("--out", default="outputs/perf_update/results.json")
-    ap.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. policy.ppo.train.net.hidden=32")
+    ap.add_argument("overrides", nargs="*", help="train.py config overrides, e.g. train.ppo.net.hidden=32")
     args = ap.parse_args(argv)
     from policies.training.fast_learn import usable_cores
     from mage_gym.bench.results import write_json

@@ -1,8 +1,10 @@
 """``MageRAG-v0`` and its reader from the ``env``, ``retriever`` and ``reader`` config nodes.
 
-Why no list of env keys: every key of the ``env`` node (``conf/env/``) is a
-``MageRAGEnv`` keyword argument, so the node is passed whole; a key the class
-does not take fails at construction with the class's own error.
+Why no list of env keys: every key of the ``env`` node (``conf/env/``) is an
+:class:`~mage_gym.env.config.EnvConfig` setting, so the node is passed whole;
+a key the class does not take fails at construction with the class's own
+error (naming the valid settings). The ``retriever`` and ``reader`` nodes are
+passed whole too (``{name: ..., **options}``).
 """
 from __future__ import annotations
 
@@ -16,14 +18,8 @@ def env_kwargs(cfg: Mapping[str, Any], render_mode: str | None = None, reader: A
     kw = {k: v for k, v in section(cfg, "env").items() if v is not None}
     if render_mode:
         kw["render_mode"] = render_mode
-    ret = section(cfg, "retriever") or {"name": "hybrid"}
-    kw["retriever"] = ret.pop("name", "hybrid")
-    kw["retriever_cfg"] = ret
-    if reader is None:
-        rd = section(cfg, "reader") or {"name": "oracle"}
-        reader = rd.pop("name", "oracle")
-        kw["reader_cfg"] = rd or None
-    kw["reader"] = reader
+    kw["retriever"] = section(cfg, "retriever") or {"name": "hybrid"}
+    kw["reader"] = (section(cfg, "reader") or {"name": "oracle"}) if reader is None else reader
     return kw
 
 

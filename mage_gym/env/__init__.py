@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from mage_gym.env.actions import OP_NAMES, SLOT_OPS, ActionLayout, Op, decode_action, encode_action, n_actions
 from mage_gym.env.budget import Budget
+from mage_gym.env.config import EnvConfig
 from mage_gym.env.env import DEFAULT_K, MageRAGEnv, PruneRequest, RoundDecision
 from mage_gym.env.episodes import EnvEpisode, LazyGraphProvider, PairProvider, PublicEpisode, as_provider
 from mage_gym.env.observation import NODE_FEATURES, NUMERIC_KEYS, OBSERVATION_KEYS, QUESTION_DIM, UnicodeText
@@ -30,7 +31,7 @@ from mage_gym.env.state import ACTIVATED, OPENED, PRUNED, STATE_NAMES, UNVISITED
 
 
 __all__ = [
-    "ACTIVATED", "ActionLayout", "Budget", "DEFAULT_K", "EnvEpisode", "EvidenceState",
+    "ACTIVATED", "ActionLayout", "Budget", "DEFAULT_K", "EnvConfig", "EnvEpisode", "EvidenceState",
     "LazyGraphProvider", "MageRAGEnv", "NODE_FEATURES", "NUMERIC_KEYS", "OBSERVATION_KEYS", "OPENED", "OP_NAMES",
     "Op", "PRUNED", "PairProvider", "PrivilegedAccessError", "PrivilegedView", "PruneRequest", "PublicEpisode",
     "QUESTION_DIM", "RoundDecision", "SLOT_OPS", "STATE_NAMES", "UNVISITED", "UnicodeText", "as_provider",

@@ -32,7 +32,8 @@ from mage_gym.retrieval.fusion import rrf
 
 #: Single channels (usable alone or as hybrid components).
 CHANNEL_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "colpali")
-#: Named fusions: component list and RRF settings (overridable by keyword config).
+#: Named fusions: component list and RRF settings (overridable by keyword config). conf/retriever/<name>.yaml
+#: repeats each preset for Hydra; tests/test_config_defaults.py fails when the two disagree.
 HYBRID_PRESETS: dict[str, dict[str, Any]] = {
     # page_dense is observed only: the env shows its percentile as the last relevance column (the one hybrid_pages
     # fills with the same channel) without it entering the fusion, so entry pages are the original hybrid's

@@ -122,7 +122,8 @@ class HybridRetriever:
 DENSITY_FEATURES: tuple[str, ...] = ("chars_per_element", "mean_page_chars")
 #: ``hybrid_adaptive``'s settings: chosen by experiments/quality/embed_quality.py --select-adaptive (gate parameters on the
 #: dev sets' TRAIN splits, the fusion family on their VAL splits; rule ADAPTIVE_SELECTION_RULE there);
-#: docs/results/embed_quality/. conf/retriever/hybrid_adaptive.yaml repeats them.
+#: docs/results/embed_quality/. conf/retriever/hybrid_adaptive.yaml repeats them (tests/test_config_defaults.py
+#: fails when the two disagree).
 HYBRID_ADAPTIVE: dict[str, object] = {"feature": "chars_per_element", "lo": 100.0, "width": 200.0, "k": 120.0,
                                       "bm25_weight": 1.0}
 

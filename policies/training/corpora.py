@@ -90,7 +90,7 @@ def training_setup(cfg: Mapping[str, Any], train_eps: Sequence[Any]) -> tuple[di
     from policies.training.recipe import shaping_kwargs
 
     env_cfg = cfg["env"]
-    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, bool(cfg["train"].get("shaping", False)))}}
+    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(cfg["train"]["shaping"])}}
     n_docs = len({episode_of(e).source for e in train_eps})
     n_questions = sum(len(getattr(episode_of(e), "turns", None) or (1,)) for e in train_eps)
     return train_cfg, n_docs, n_questions

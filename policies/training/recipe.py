@@ -2,8 +2,9 @@
 
 Three recipes (``train.algo``), each readable top to bottom in :func:`train`:
 
-- ``ppo``: MaskablePPO, optionally warm-started by behaviour cloning of a
-  rule teacher (``train.bc``, options ``policy.<teacher>``);
+- ``ppo``: MaskablePPO (algorithm, network and hyperparameters:
+  ``train.ppo``), optionally warm-started by behaviour cloning of a rule
+  teacher (``train.bc``, options ``policy.<teacher>``);
 - ``dagger``: imitation of the privileged oracle (:mod:`policies.dagger`):
   rounds of student rollouts on a privileged env held here, labels from the
   oracle, aggregate, refit; stops when validation reward stops improving;
@@ -52,7 +53,7 @@ from mage_gym.bench.tracking import NullLogger
 
 log = logging.getLogger("experiments.train")
 
-#: the learned policy train.py trains (its options: policy.ppo)
+#: the learned policy train.py trains (its acting options: policy.ppo; how it is trained: train.ppo)
 LEARNER = "ppo"
 #: train.algo: what trains it
 RECIPES: tuple[str, ...] = ("ppo", "dagger", "dagger_ppo")
@@ -135,12 +136,12 @@ def make_callback(total: int, eval_freq: int, eval_fn: Any, logger: Any, curve: 
 def warm_start(model: Any, bc: Mapping[str, Any], train_eps: list[Any], cfg: Mapping[str, Any],
                render_mode: str, seed: int) -> dict[str, Any] | None:
     """Behaviour cloning of ``bc.teacher`` (options ``policy.<teacher>``) on ``bc.episodes`` training episodes."""
-    if not bc.get("enabled"):
+    if not bc["enabled"]:
         return None
     from policies import get_policy
     from policies.imitation import agreement, behaviour_clone, collect_demos
 
-    name = bc.get("teacher", "heuristic")
+    name = bc["teacher"]
     opts = policy_options(cfg, name)
     for key in BENCHMARK_OPTIONS:
         opts.pop(key, None)
@@ -148,7 +149,7 @@ def warm_start(model: Any, bc: Mapping[str, Any], train_eps: list[Any], cfg: Map
     teacher = get_policy(name, **opts)
     ids = [episode_of(e).episode_id for e in train_eps]
     rng = np.random.default_rng(seed)
-    n = int(bc.get("episodes", len(ids)))
+    n = int(bc["episodes"])
     pick = list(rng.permutation(ids)[:n]) if n <= len(ids) else list(rng.choice(ids, size=n))
     env = make_env(train_eps, cfg, render_mode=render_mode, reader="oracle", max_graphs=64)
     t0 = time.perf_counter()
@@ -156,8 +157,8 @@ def warm_start(model: Any, bc: Mapping[str, Any], train_eps: list[Any], cfg: Map
         demos = collect_demos(env, teacher, pick, seed=seed)
     finally:
         env.close()
-    losses = behaviour_clone(model, demos, updates=int(bc.get("updates", 1000)),
-                             batch_size=int(bc.get("batch_size", 256)), lr=float(bc.get("lr", 1e-3)), seed=seed)
+    losses = behaviour_clone(model, demos, updates=int(bc["updates"]), batch_size=int(bc["batch_size"]),
+                             lr=float(bc["lr"]), seed=seed)
     out = {"teacher": name, "episodes": len(pick), "steps": int(len(demos["actions"])), "losses": losses,
            "agreement": agreement(model, demos), "seconds": time.perf_counter() - t0}
     log.info("behaviour cloning of %s: %d steps, loss %s, agreement %.3f", name, out["steps"],
@@ -165,13 +166,22 @@ def warm_start(model: Any, bc: Mapping[str, Any], train_eps: list[Any], cfg: Map
     return out
 
 
-def shaping_kwargs(env_cfg: Mapping[str, Any], shaping: bool) -> dict[str, Any]:
-    """``MageRAG-v0`` keywords for potential-based shaping (``env.reward.shaping_gamma``/``shaping_scale``), or none."""
+def shaping_kwargs(shaping: bool | Mapping[str, Any] | None) -> dict[str, Any]:
+    """``MageRAG-v0`` keywords for potential-based shaping per ``train.shaping`` (``true``, ``false`` or
+    ``{gamma, scale}``; true: the wrapper's defaults, gamma = scale = 1), or none."""
     if not shaping:
         return {}
-    reward = dict(env_cfg.get("reward") or {})
-    return {"privileged": True, "shaping": {"gamma": float(reward.get("shaping_gamma", 1.0)),
-                                           "scale": float(reward.get("shaping_scale", 1.0))}}
+    opts = dict(shaping) if isinstance(shaping, Mapping) else {}
+    unknown = sorted(set(opts) - {"gamma", "scale"})
+    if unknown:
+        raise ConfigError(f"train.shaping: unknown keys {unknown}; true, false or {{gamma: ..., scale: ...}}")
+    return {"privileged": True, "shaping": {"gamma": float(opts.get("gamma", 1.0)),
+                                           "scale": float(opts.get("scale", 1.0))}}
+
+
+def ppo_settings(tc: Mapping[str, Any]) -> dict[str, Any]:
+    """``train.ppo``: the learner's SB3 algorithm (default ``maskable_ppo``), ``net`` and ``hparams``."""
+    return dict(tc.get("ppo") or {})
 
 
 def check_config(cfg: Mapping[str, Any]) -> None:
@@ -180,19 +190,19 @@ def check_config(cfg: Mapping[str, Any]) -> None:
     policy_options(cfg, LEARNER)
     tc = cfg["train"]
     recipe = recipe_of(tc)
-    bc = dict(tc.get("bc") or {})
-    if bc.get("enabled") and recipe == "ppo":
-        policy_options(cfg, bc.get("teacher", "heuristic"))
+    bc = dict(tc["bc"])
+    if bc["enabled"] and recipe == "ppo":
+        policy_options(cfg, bc["teacher"])
     if recipe != "ppo":
         from policies.dagger import DaggerConfig
 
         DaggerConfig.coerce(tc.get("dagger"))
-        algo = dict(policy_options(cfg, LEARNER).get("train") or {}).get("algo", "maskable_ppo")
+        algo = ppo_settings(tc).get("algo", "maskable_ppo")
         if algo != "maskable_ppo":
-            raise ConfigError(f"train.algo={recipe} fits a masked policy: policy.ppo.train.algo must be maskable_ppo, "
+            raise ConfigError(f"train.algo={recipe} fits a masked policy: train.ppo.algo must be maskable_ppo, "
                               f"not {algo!r}")
-    if tc.get("vec_env", "subproc") not in ("subproc", "dummy"):
-        raise ConfigError(f"train.vec_env must be subproc or dummy, got {tc.get('vec_env')!r}")
+    if tc["vec_env"] not in ("subproc", "dummy"):
+        raise ConfigError(f"train.vec_env must be subproc or dummy, got {tc['vec_env']!r}")
     if tc.get("init") and not Path(str(tc["init"])).expanduser().with_suffix(".zip").is_file():
         raise ConfigError(f"train.init: no checkpoint at {tc['init']}")
 
@@ -207,7 +217,7 @@ def recipe_of(tc: Mapping[str, Any]) -> str:
 
 def n_envs_of(tc: Mapping[str, Any]) -> int:
     """``train.n_envs``; null means one env per core available to this process."""
-    n = tc.get("n_envs")
+    n = tc["n_envs"]
     if n is None:
         return usable_cores()
     return max(1, int(n))
@@ -366,11 +376,11 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
     pc = policy_options(cfg, LEARNER)
     seed = int(cfg.get("seed", 0))
     set_threads(cfg.get("torch_threads"))
-    ptrain = dict(pc.get("train") or {})
+    ptrain = ppo_settings(tc)
     algo = ptrain.get("algo", "maskable_ppo")
     render_mode = pc.get("render_mode") or env_cfg.get("render_mode", "visual")
     parser = env_cfg.get("parser", "layout")
-    workers = int(cfg.get("graph_workers", 1))
+    workers = int(cfg["graph_workers"])
 
     if train_episodes is None or val_episodes is None:
         loaded_train, loaded_val = split_episodes(cfg)
@@ -395,18 +405,19 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
 
     info_keys = ("evidence_page_recall", "element_recall", "tokens_rendered")
     runs_ppo = recipe != "dagger"
-    shaping = bool(tc.get("shaping", False)) and runs_ppo
+    shaping = bool(tc["shaping"]) and runs_ppo
+    shaping_kw = shaping_kwargs(tc["shaping"] if shaping else False)
 
     # Potential-based shaping (phi = gold coverage of the state) densifies the training signal without changing
     # the optimal policy. It reads gold, so only the training envs are privileged (the policy still sees only the
     # observation); evaluation envs keep the plain terminal reward and sealed gold.
-    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kwargs(env_cfg, shaping)}}
+    train_cfg = {**cfg, "env": {**env_cfg, **shaping_kw}}
 
     make_one = training_env_factory(train_eps, train_cfg, render_mode, min(64, n_docs), n_questions, info_keys)
 
     # DAgger alone needs no PPO envs: one in-process env gives the model its spaces and is never stepped by SB3.
     n_envs = n_envs_of(tc) if runs_ppo else 1
-    vec_kind = str(tc.get("vec_env", "subproc")) if n_envs > 1 else "dummy"
+    vec_kind = str(tc["vec_env"]) if n_envs > 1 else "dummy"
     vec = make_vec_env(make_one, n_envs, vec_kind, tc.get("start_method"))
     model = build_model(vec, algo=algo, seed=seed, net=ptrain.get("net"), hparams=ptrain.get("hparams"),
                         device=tc.get("device", "cpu"))
@@ -430,7 +441,7 @@ def train(cfg: Mapping[str, Any], out: Path, logger: Any = None, train_episodes:
         log.info("initialised from %s", init["path"])
     bc = None
     if recipe == "ppo":
-        bc = warm_start(model, dict(tc.get("bc") or {}), train_eps, cfg, render_mode, seed)
+        bc = warm_start(model, dict(tc["bc"]), train_eps, cfg, render_mode, seed)
     if bc is not None or init is not None:
         row = {"timesteps": 0, "steps_per_s": None, "wall_s": 0.0, "train_reward": None, "stage": "start",
                **({"bc": bc} if bc is not None else {})}

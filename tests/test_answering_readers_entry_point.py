@@ -75,7 +75,7 @@ def role(body: dict) -> str:
 #: request timed out on a loaded machine is retried, and the counts below would then differ for that reason.
 CI_SIZE = ["dataset.limit=1", "env.parser=fast", "policies=[llm_evaluator]", "equal_cost.enabled=false",
            "policy.llm_evaluator.max_rounds=1", "reader.max_tokens=16", "policy.llm_evaluator.backend.max_tokens=48",
-           "logger=none", "graph_workers=1", "reader.timeout=900", "policy.llm_evaluator.backend.timeout=900"]
+           "logger=none", "graph_workers=1", "+reader.timeout=900", "+policy.llm_evaluator.backend.timeout=900"]
 
 
 @pytest.mark.real_data

@@ -17,7 +17,7 @@ pymupdf = pytest.importorskip("pymupdf")
 from mage_gym.graph.parsers import get_parser  # noqa: E402
 from mage_gym.graph.parsers import layout as layout_mod  # noqa: E402
 from mage_gym.graph.parsers.fast import DocStats  # noqa: E402
-from mage_gym.graph.parsers.simple import SIMPLE_MAX_LINES, simple_page  # noqa: E402
+from mage_gym.graph.parsers.simple import simple_page  # noqa: E402
 from mage_gym.graph.sources import open_source  # noqa: E402
 
 BODY = DocStats(body_size=11.0, heading_sizes=[], repeated=set())
@@ -65,11 +65,10 @@ def test_one_line_is_simple_wherever_it_stands():
         assert [(e.type, e.text) for e in out.elements] == [("paragraph", SENTENCE)], y
 
 
-def test_a_few_lines_are_simple_more_are_not():
-    ys = [150 + 60 * i for i in range(SIMPLE_MAX_LINES + 1)]  # 60 pt apart: one block each
-    few = _simple(lambda p: _lines(p, ys[:SIMPLE_MAX_LINES]))
-    assert few is not None and [e.text for e in few.elements] == [SENTENCE] * SIMPLE_MAX_LINES
-    assert _simple(lambda p: _lines(p, ys)) is None
+def test_two_blocks_send_the_page_to_the_model():
+    """Lines set apart by a gap, or a heading over a line, are regions to group: the model's call."""
+    assert _simple(lambda p: _lines(p, [150, 210])) is None
+    assert _simple(lambda p: (p.insert_text((72, 130), "Results", fontsize=18), _lines(p, [160]))) is None
 
 
 def test_one_block_of_many_lines_is_simple():

@@ -50,8 +50,9 @@ GRAPH_VERSION = "5"
 #: Per-parser output versions, in the key of that parser's graphs only: bump a parser's entry when its output
 #: for the same input changes, so that its cached graphs become misses while every other parser's stay valid
 #: (a parser without an entry keys as before these versions existed).
-#: layout 2: simple pages (no image, no vector path, a few plain lines) skip the layout model and are typed by the
-#: fast parser's rules (mage_gym/graph/parsers/simple.py); before, only a single block outside the margin bands did.
+#: layout 2: simple pages (no image, no vector path, at most one plain text block, no line the fast rules call
+#: furniture; mage_gym/graph/parsers/simple.py) skip the layout model and are typed by the fast parser's rules;
+#: before, a block inside a margin band and a blank page still went to the model.
 PARSER_VERSIONS: dict[str, str] = {"layout": "2"}
 FORMAT = 1
 MANIFEST = "manifest.json"

@@ -25,7 +25,7 @@ box covers are added as line-grouped blocks, so no OCR text is lost. (We do
 not use pymupdf4llm's own OCR path: on the scanned dev decks it dropped whole
 lines.) ``image_ocr="rapidocr"`` uses only the line grouping. Pages with an
 absurd size, or on which the model fails, fall back to the fast parser with a
-page warning. *Simple* pages (no image, no vector path, a few plain lines:
+page warning. *Simple* pages (no image, no vector path, one plain run of text:
 the rule is :func:`~mage_gym.graph.parsers.simple.simple_page`) skip the
 model and are typed by the fast parser's rules (``plain_pages_without_model``,
 on by default): a generated report of one line a page builds at the fast

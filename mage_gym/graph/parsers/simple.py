@@ -2,20 +2,22 @@
 
 Why: the layout model costs 0.2-0.5 CPU-s a page (most of it the image
 network over a page render), whatever the page holds. A page whose text layer
-is a few plain lines, with nothing drawn or placed on it, gives the model
+is one plain run of text, with nothing drawn or placed on it, gives the model
 nothing to find that the fast parser's rules do not find too: no picture,
 chart or ruled table (those need images or vector paths), no text table (its
-cells would split lines into separate pieces), no reading order or region
-grouping to speak of. A generated report of one line a page, or a filing's
-blank and near-blank pages, then costs milliseconds a page instead.
+cells stand side by side), no regions to group or order. A generated report
+of one line a page, or a filing's blank pages, then costs milliseconds a page
+instead.
 
 The rule, from the page's own structure and the document's font statistics
 only (:func:`simple_page`); a page is *simple* when all of these hold:
 
 1. no placed image and no vector path (``get_image_info``, ``get_cdrawings``);
-2. its text is a single block (one run of text in one font, no gap: the
-   fast parser's block split) or at most :data:`SIMPLE_MAX_LINES` lines
-   (none at all: a blank page);
+2. its text is at most one block: one run of lines in one font and weight
+   with no gap (the fast parser's block split), or nothing (a blank page).
+   Two blocks are already a grouping question, and there the fast rules and
+   the model disagree: a cover's two-line heading came out of the fast rules
+   as a title plus a paragraph, of the model as one region;
 3. no two pieces of text stand side by side on one row (table cells,
    columns, labels: spans set apart within a line, or lines sharing a row);
 4. the fast rules call no line page furniture (header or footer text). Which
@@ -38,11 +40,7 @@ from mage_gym.graph.schema import ParsedPage
 if TYPE_CHECKING:  # pragma: no cover
     import pymupdf
 
-#: At most this many text lines (in any number of blocks) make a page simple (rule 2).
-SIMPLE_MAX_LINES = 3
-
-
-def simple_page(page: "pymupdf.Page", stats: Any = None, max_lines: int = SIMPLE_MAX_LINES) -> ParsedPage | None:
+def simple_page(page: "pymupdf.Page", stats: Any = None) -> ParsedPage | None:
     """The page typed by the fast parser's rules when it is simple (module docstring), else None.
 
     ``stats`` are the document's :class:`~mage_gym.graph.parsers.fast.DocStats`
@@ -52,10 +50,9 @@ def simple_page(page: "pymupdf.Page", stats: Any = None, max_lines: int = SIMPLE
     from mage_gym.graph.parsers.fast import DocStats, RawPage, classify, text_blocks
 
     blocks = text_blocks(page)
-    lines = [ln for b in blocks for ln in b.lines]
-    if len(blocks) > 1 and len(lines) > max_lines:
+    if len(blocks) > 1:
         return None
-    if _side_by_side([box for ln in lines for box, _ in ln.segments]):
+    if _side_by_side([box for b in blocks for ln in b.lines for box, _ in ln.segments]):
         return None
     if page.get_image_info() or page.get_cdrawings():
         return None
@@ -76,4 +73,4 @@ def _side_by_side(boxes: list[tuple[float, float, float, float]]) -> bool:
     return False
 
 
-__all__ = ["SIMPLE_MAX_LINES", "simple_page"]
+__all__ = ["simple_page"]

@@ -38,4 +38,5 @@ def test_side_by_side_builds_each_tree_and_compares_graphs(tmp_path: Path) -> No
     assert res["before"]["pages"] == res["after"]["pages"] == 2
     assert res["ratio_pages_per_second"] == pytest.approx(res["after"]["pages_per_second"] /
                                                           res["before"]["pages_per_second"], abs=1e-3)
+    assert res["ratio_per_round_median"] == res["ratio_per_round"][0]
     assert res["graph_identity"]["small.pdf"] == {"same_graph": True, "deterministic": True}

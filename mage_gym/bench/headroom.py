@@ -20,8 +20,8 @@ module measures, per episode:
   and slot layout, attributed to the edge kinds joining that node to the
   working set, beside the chance level (the share of non-entry pages the
   slots show); unlike the hop reach it counts only what a controller can see;
-- the privileged oracle (:class:`policies.oracle.OraclePolicy`) under the
-  same budget: page recall, pages and tokens rendered.
+- (in ``experiments/headroom.py``) the privileged oracle under the same
+  budget: page recall, pages and tokens rendered.
 
 Hops are counted over graph nodes: the working set is the entry pages and
 their elements; one hop is any node joined to it by an edge of the kind, two
@@ -156,18 +156,6 @@ def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequenc
                        max_pairs=slot_max_pairs) if slot_search else None)
     return EpisodeHeadroom(episode_id=episode_id, gold_pages=len(gold), missed=len(missed), recall_at=recall_at,
                            reach=reach, hood=hood, in_slots=in_slots, frontier_ranks=frontier_ranks, slot=slot)
-
-
-def run_oracle(env: Any, episode_id: str, seed: int) -> dict[str, Any]:
-    """The oracle's page recall, pages and tokens on one episode (privileged env)."""
-    from policies.oracle import OraclePolicy
-    from mage_gym.bench.play import run_episode
-
-    policy = OraclePolicy(env)
-    r = run_episode(env, policy, episode_id, seed=seed)
-    m = r.metrics
-    return {"recall": m.get("evidence_page_recall"), "pages": m.get("pages_rendered"),
-            "tokens": m.get("tokens_rendered")}
 
 
 def aggregate(rows: Sequence[EpisodeHeadroom], kinds: Sequence[str]) -> dict[str, Any]:

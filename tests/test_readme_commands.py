@@ -169,5 +169,5 @@ def test_the_main_job_runs_through_its_entry_point(launch: Path) -> None:
     script = (REPO / "scripts" / "run_main.sh").read_text(encoding="utf-8")
     assert "bash scripts/setup_venv.sh" in script and "exec .venv/bin/python experiments/main.py" in script
     proc = run_in(launch, [sys.executable, "experiments/main.py", *SMALL_TRAIN, "policy.llm_evaluator.limit=1",
-                           "policy.llm_evaluator.max_rounds=1", "budgets=[{k: 2}]"])
+                           "policy.llm_evaluator.max_rounds=1"])
     assert "| topk_page |" in proc.stdout and "| llm_evaluator |" in proc.stdout, proc.stdout[-3000:]

@@ -24,6 +24,7 @@ from typing import Any, Mapping, Protocol, Union, runtime_checkable
 import numpy as np
 
 from mage_gym.env import ActionLayout, Budget, RoundDecision
+from mage_gym.render import RENDER_MODES
 
 #: What :meth:`Policy.act` returns.
 Action = Union[int, RoundDecision]
@@ -89,7 +90,7 @@ class Policy(Protocol):
     ``uses_text_view``: whether :meth:`act` needs the text view (it is only
     built for those that do - it costs milliseconds per call);
     ``render_mode``: the reader input this policy is defined with
-    (``"visual"``/``"text"``) or None to use the environment's.
+    (``"visual"``/``"text"``/``"elements"``) or None to use the environment's.
     """
 
     name: str
@@ -110,8 +111,8 @@ class BasePolicy:
     uses_text_view = False
 
     def __init__(self, render_mode: str | None = None, **unused: Any) -> None:
-        if render_mode not in (None, "visual", "text"):
-            raise ValueError(f"render_mode must be visual, text or null, got {render_mode!r}")
+        if render_mode not in (None, *RENDER_MODES):
+            raise ValueError(f"render_mode must be one of {RENDER_MODES} or null, got {render_mode!r}")
         if unused:
             raise TypeError(f"{type(self).__name__}: unknown options {sorted(unused)}")
         self.render_mode = render_mode

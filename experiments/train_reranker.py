@@ -160,8 +160,8 @@ def main() -> None:
     from experiments.common.rerank_data import training_groups
     from experiments.common.rerank_training import export_adapter, make_trainable, train_groups
     from mage_gym.env.relevance import shared_retriever
-    from mage_gym.retrieval.cross_encoder import (AdapterMeta, CrossEncoderScorer, base_model, default_base_path,
-                                                  save_adapter)
+    from mage_gym.retrieval.cross_encoder import (HEAD, AdapterMeta, CrossEncoderScorer, base_model,
+                                                  default_base_path, save_adapter)
     from mage_gym.retrieval.rerank import RerankedRetriever
 
     torch.set_num_threads(args.threads)
@@ -199,7 +199,7 @@ def main() -> None:
     lora, full = export_adapter(model)
     meta = AdapterMeta(r=args.r, alpha=args.alpha, targets=tuple(sorted(lora)), layers=args.layers,
                        max_length=args.max_length,
-                       extra={"command": command, "date": results["date"], "commit": results["commit"],
+                       extra={"head": HEAD, "command": command, "date": results["date"], "commit": results["commit"],
                               "train_questions": results["data"]["train_questions"], "train_groups": len(groups),
                               "training_seconds": round(stats["seconds"], 1)})
     adapter = save_adapter(out / "adapter", lora, full, meta)

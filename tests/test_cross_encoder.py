@@ -76,7 +76,7 @@ def test_saved_adapter_is_small_and_loads_merged_with_the_same_scores(trained, t
     meta = read_meta(folder)
     assert meta.layers == 2 and meta.extra["note"] == "test" and meta.targets
     assert all(t.split(".")[-1] in ("query", "key", "value", "dense") for t in meta.targets)
-    assert any("pooler" in t for t in meta.targets), "the pooler's dense layer is adapted too"
+    assert any(t.endswith("output.dense") for t in meta.targets), "feed-forward layers are adapted too"
     merged, _, _ = load_cross_encoder(folder, base_path=str(tiny_base))
     group = _groups(seed=2)[0]
     np.testing.assert_allclose(_scores(merged, tok, group), _scores(model, tok, group), rtol=0, atol=2e-3)
@@ -105,6 +105,9 @@ def test_a_checkpoint_that_does_not_fit_its_base_is_refused(trained, tiny_base: 
         load_cross_encoder(bad, base_path=str(tiny_base))
     (bad / "adapter.json").write_text(json.dumps({**meta, "targets": meta["targets"][:1]}))
     with pytest.raises(ValueError, match="metadata names"):
+        load_cross_encoder(bad, base_path=str(tiny_base))
+    (bad / "adapter.json").write_text(json.dumps({**meta, "head": "cls_pooler"}))
+    with pytest.raises(ValueError, match="head"):
         load_cross_encoder(bad, base_path=str(tiny_base))
     with pytest.raises(ValueError, match="layers"):
         base_model(str(tiny_base), 3)

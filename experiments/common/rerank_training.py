@@ -24,19 +24,20 @@ import numpy as np
 
 from experiments.common.rerank_data import Group
 
-#: Linear layers adapted in every kept transformer layer and the pooler (peft matches names by suffix).
+#: Linear layers adapted in every kept transformer layer (peft matches names by suffix).
 TARGET_SUFFIXES = ("query", "key", "value", "dense")
 
 
 def make_trainable(base: Any, r: int, alpha: float, dropout: float) -> Any:
-    """``base`` (a sequence classifier) wrapped by peft: LoRA on :data:`TARGET_SUFFIXES`, the head trained whole."""
+    """``base`` (:func:`mage_gym.retrieval.cross_encoder.base_model`) wrapped by peft: LoRA on
+    :data:`TARGET_SUFFIXES` of the encoder, the linear head trained whole."""
     from mage_gym._compat import ensure_torchvision
 
     ensure_torchvision()  # before peft imports transformers' model classes
-    from peft import LoraConfig, TaskType, get_peft_model
+    from peft import LoraConfig, get_peft_model
 
-    cfg = LoraConfig(task_type=TaskType.SEQ_CLS, r=int(r), lora_alpha=float(alpha), lora_dropout=float(dropout),
-                     target_modules=list(TARGET_SUFFIXES))
+    cfg = LoraConfig(r=int(r), lora_alpha=float(alpha), lora_dropout=float(dropout),
+                     target_modules=list(TARGET_SUFFIXES), modules_to_save=["head"])
     return get_peft_model(base, cfg)
 
 

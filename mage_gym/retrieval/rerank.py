@@ -121,14 +121,15 @@ class RerankedRetriever:
     :class:`~mage_gym.retrieval.cross_encoder.CrossEncoderScorer`, built on first use); ``depth``: pages read;
     ``chunks_per_page``: passages read per page; ``chunk_chars``: passage size (the page-text channel's);
     ``combine``: ``ce`` or ``rrf``; ``rrf_k``; ``rerank_searches``; ``cache`` / ``cache_dir``: the on-disk score
-    cache; ``checkpoint``: another adapter folder for the default scorer.
+    cache (``"write"``: scores are always computed and then stored, e.g. to time them while filling the cache);
+    ``checkpoint``: another adapter folder for the default scorer.
     """
 
     name = "hybrid_rerank"
 
     def __init__(self, first_stage: Retriever, scorer: Any = None, depth: int = 20, chunks_per_page: int = 2,
                  chunk_chars: int = 1000, combine: str = "ce", rrf_k: float = 60.0, rerank_searches: bool = False,
-                 cache: bool = True, cache_dir: str | Path | None = None, checkpoint: str | None = None,
+                 cache: bool | str = True, cache_dir: str | Path | None = None, checkpoint: str | None = None,
                  max_graphs: int = 8, name: str = "hybrid_rerank") -> None:
         if not hasattr(first_stage, "score"):
             raise TypeError(f"first_stage must be a retriever, got {type(first_stage).__name__}")
@@ -146,10 +147,12 @@ class RerankedRetriever:
         self.depth, self.chunks_per_page = int(depth), int(chunks_per_page)
         self.combine, self.rrf_k = combine, float(rrf_k)
         self.rerank_searches = bool(rerank_searches)
-        self.cache = bool(cache)
+        if cache not in (True, False, "write"):
+            raise ValueError(f"cache must be true, false or 'write', got {cache!r}")
+        self.cache = cache
         self.cache_dir = None if cache_dir is None else str(cache_dir)
         self.name = str(name)
-        self.passages = PageTextDenseRetriever(chunk_chars=chunk_chars, cache=cache, max_graphs=max_graphs)
+        self.passages = PageTextDenseRetriever(chunk_chars=chunk_chars, cache=bool(cache), max_graphs=max_graphs)
         self._chunks: GraphIndexCache[Any] = GraphIndexCache(max_graphs)
         first_components = dict(getattr(first_stage, "components", {}) or {first_stage.name: first_stage})
         self.components: dict[str, Any] = {**first_components, "cross_encoder": CrossEncoderChannel(self)}
@@ -223,7 +226,7 @@ class RerankedRetriever:
         scores = None
         store = ScoreStore(self.cache_dir) if self.cache else None
         key = ScoreStore.key(self.scorer.digest, query.text, texts) if store is not None else ""
-        if store is not None:
+        if store is not None and self.cache is True:
             scores = store.load(key, len(texts))
         self.last_pairs = 0
         if scores is None:

@@ -132,3 +132,24 @@ def test_training_groups_take_one_group_per_gold_page_and_hard_negatives() -> No
     assert len(padded) == 1 and padded[0].passages[1:] == ("p0",) * 4
     assert training_groups([RerankQuestion("d", "train", "e", "doc", "q?", (1,), [1], [["p1"]], {1: "g"})],
                            2, 3, 1) == [], "no negative: no group"
+
+
+def test_the_segment_cosine_head_starts_as_a_cosine_and_round_trips(tiny_base: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    model = base_model(str(tiny_base), 2, head="segment_cosine").eval()
+    got = _scores(model, tok, _groups(seed=3)[0])
+    assert np.all(np.abs(got) <= 20.0 + 1e-4), "scale 20 x a cosine at the start"
+    peft_model = make_trainable(model, r=4, alpha=8, dropout=0.0)
+    train_groups(peft_model, tok, _groups(n=8), epochs=1, lr=5e-3, batch_groups=4, max_length=64, log=lambda m: None)
+    lora, full = export_adapter(peft_model)
+    assert set(full) == {"head.weight", "head.scale", "head.bias"}
+    folder = save_adapter(tmp_path / "seg", lora, full, AdapterMeta(r=4, alpha=8, targets=tuple(sorted(lora)),
+                                                                    layers=2, max_length=64,
+                                                                    extra={"head": "segment_cosine"}))
+    merged, _, _ = load_cross_encoder(folder, base_path=str(tiny_base))
+    group = _groups(seed=4)[0]
+    np.testing.assert_allclose(_scores(merged, tok, group), _scores(peft_model, tok, group), atol=2e-2)
+    with pytest.raises(ValueError, match="head"):
+        base_model(str(tiny_base), 2, head="max_pool")

@@ -69,8 +69,8 @@ def train_groups(model: Any, tokenizer: Any, groups: Sequence[Group], epochs: in
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
     steps = epochs * math.ceil(len(groups) / batch_groups)
-    sched = get_linear_schedule_with_warmup(opt, int(warmup * steps), steps)
-    size = len(groups[0].passages)
+    sched = get_linear_schedule_with_warmup(opt, int(warmup * steps), max(1, steps))
+    size = len(groups[0].passages) if groups else 0
     if any(len(g.passages) != size for g in groups):
         raise ValueError("every group must hold the same number of passages")
     losses: list[float] = []

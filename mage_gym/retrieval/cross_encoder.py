@@ -44,8 +44,12 @@ ADAPTER_FILE = "adapter.safetensors"
 META_FILE = "adapter.json"
 BASE_NAME = "all-MiniLM-L6-v2"
 _LORA_A, _LORA_B, _FULL = "lora_A::", "lora_B::", "full::"
-#: The scoring head this code builds (recorded in adapter.json by training).
-HEAD = "mean_pool_linear"
+#: Scoring heads (recorded in adapter.json by training): ``mean_pool_linear``: all token states of the pair
+#: mean-pooled, one linear logit; ``segment_cosine``: the question's and the passage's token states (after the
+#: joint pass) mean-pooled apart, L2-normalised, logit = scale * sum(w * u * v) + bias with w = 1 at the start,
+#: i.e. the bi-encoder's cosine with cross-attention added (a start that already ranks).
+HEADS = ("mean_pool_linear", "segment_cosine")
+HEAD = HEADS[0]
 
 
 @dataclass(frozen=True)
@@ -152,31 +156,55 @@ def _model_class() -> Any:
         import torch
         from transformers.modeling_outputs import SequenceClassifierOutput
 
-        class MeanPoolCrossEncoder(torch.nn.Module):
-            """An encoder over the (question, passage) pair, token states mean-pooled, one linear logit."""
+        def pool(h: Any, mask: Any) -> Any:
+            m = mask.unsqueeze(-1).to(h.dtype)
+            return (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
 
-            def __init__(self, encoder: Any) -> None:
+        class SegmentCosineHead(torch.nn.Module):
+            def __init__(self, dim: int) -> None:
                 super().__init__()
+                self.weight = torch.nn.Parameter(torch.ones(dim))
+                self.scale = torch.nn.Parameter(torch.tensor(20.0))
+                self.bias = torch.nn.Parameter(torch.tensor(0.0))
+
+            def forward(self, u: Any, v: Any) -> Any:
+                u = torch.nn.functional.normalize(u, dim=-1)
+                v = torch.nn.functional.normalize(v, dim=-1)
+                return (self.scale * (u * v * self.weight).sum(-1) + self.bias).unsqueeze(-1)
+
+        class MeanPoolCrossEncoder(torch.nn.Module):
+            """An encoder over the (question, passage) pair and a head on its mean-pooled token states (HEADS)."""
+
+            def __init__(self, encoder: Any, head: str = HEAD) -> None:
+                super().__init__()
+                if head not in HEADS:
+                    raise ValueError(f"head must be one of {HEADS}, got {head!r}")
                 self.encoder = encoder
                 self.config = encoder.config
-                self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
-                torch.nn.init.normal_(self.head.weight, std=0.02)
-                torch.nn.init.zeros_(self.head.bias)
+                self.kind = head
+                if head == "mean_pool_linear":
+                    self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
+                    torch.nn.init.normal_(self.head.weight, std=0.02)
+                    torch.nn.init.zeros_(self.head.bias)
+                else:
+                    self.head = SegmentCosineHead(encoder.config.hidden_size)
 
             def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
                         **unused: Any) -> Any:
                 h = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                                  token_type_ids=token_type_ids).last_hidden_state
-                m = attention_mask.unsqueeze(-1).to(h.dtype)
-                pooled = (h * m).sum(1) / m.sum(1).clamp(min=1e-9)
-                return SequenceClassifierOutput(logits=self.head(pooled))
+                if self.kind == "mean_pool_linear":
+                    return SequenceClassifierOutput(logits=self.head(pool(h, attention_mask)))
+                second = (token_type_ids > 0) & (attention_mask > 0)
+                first = (token_type_ids == 0) & (attention_mask > 0)
+                return SequenceClassifierOutput(logits=self.head(pool(h, first), pool(h, second)))
 
         _MODEL_CLASS = MeanPoolCrossEncoder
     return _MODEL_CLASS
 
 
-def base_model(base_path: str, layers: int) -> Any:
-    """The scoring model on the base's first ``layers`` layers: mean-pooled token states, a fresh linear head."""
+def base_model(base_path: str, layers: int, head: str = HEAD) -> Any:
+    """The scoring model on the base's first ``layers`` layers with a fresh ``head`` (:data:`HEADS`)."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mage_gym._compat import ensure_torchvision
 
@@ -192,7 +220,7 @@ def base_model(base_path: str, layers: int) -> Any:
     hf_logging.set_verbosity_error()  # the dropped layers and pooler are expected, not news
     hf_logging.disable_progress_bar()
     try:
-        return _model_class()(AutoModel.from_pretrained(base_path, config=config, add_pooling_layer=False))
+        return _model_class()(AutoModel.from_pretrained(base_path, config=config, add_pooling_layer=False), head)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
@@ -237,10 +265,11 @@ def load_cross_encoder(checkpoint: str | os.PathLike[str] | None = None, base_pa
 
     folder = Path(checkpoint) if checkpoint is not None else CHECKPOINT_DIR
     meta = read_meta(folder)
-    if meta.extra.get("head", HEAD) != HEAD:
-        raise ValueError(f"adapter in {folder} has head {meta.extra.get('head')!r}; this code scores with {HEAD!r}")
+    head = meta.extra.get("head", HEAD)
+    if head not in HEADS:
+        raise ValueError(f"adapter in {folder} has head {head!r}; this code scores with one of {HEADS}")
     base = base_path or default_base_path()
-    model = base_model(base, meta.layers)
+    model = base_model(base, meta.layers, head)
     merge_adapter(model, load_file(str(folder / ADAPTER_FILE)), meta)
     return model.eval(), AutoTokenizer.from_pretrained(base), meta
 
@@ -301,6 +330,6 @@ class CrossEncoderScorer:
         return out
 
 
-__all__ = ["ADAPTER_FILE", "AdapterMeta", "CHECKPOINT_DIR", "CrossEncoderScorer", "META_FILE", "PRECISIONS",
+__all__ = ["ADAPTER_FILE", "AdapterMeta", "CHECKPOINT_DIR", "CrossEncoderScorer", "HEADS", "META_FILE", "PRECISIONS",
            "base_model", "checkpoint_digest", "default_base_path", "load_cross_encoder", "merge_adapter", "read_meta",
            "resolve_precision", "save_adapter"]

@@ -129,6 +129,8 @@ def main() -> None:
     ap.add_argument("--parser", default="fast")
     ap.add_argument("--layers", type=int, default=3, help="MiniLM layers kept (of 6)")
     ap.add_argument("--head", default="mean_pool_linear", help="scoring head (mage_gym.retrieval.cross_encoder.HEADS)")
+    ap.add_argument("--joint-layers", type=int, default=0,
+                    help="top layers reading question and passage together (0: all; needs --head segment_cosine)")
     ap.add_argument("--r", type=int, default=16, help="LoRA rank")
     ap.add_argument("--alpha", type=float, default=32.0, help="LoRA alpha (scale alpha / r)")
     ap.add_argument("--dropout", type=float, default=0.1)
@@ -190,17 +192,18 @@ def main() -> None:
     from transformers import AutoTokenizer
 
     tokenizer = AutoTokenizer.from_pretrained(base_path)
-    model = make_trainable(base_model(base_path, args.layers, args.head), args.r, args.alpha, args.dropout)
+    model = make_trainable(base_model(base_path, args.layers, args.head, args.joint_layers), args.r, args.alpha,
+                           args.dropout)
     trained = model.get_nb_trainable_parameters()
     stats = train_groups(model, tokenizer, groups, args.epochs, args.lr, args.batch_groups, args.max_length,
-                         seed=args.seed, bf16=args.bf16, log=_log)
+                         seed=args.seed, bf16=args.bf16, log=_log, joint_layers=args.joint_layers)
     stats["trainable_parameters"] = int(trained[0])
     results["training"] = stats
     _log(f"trained in {stats['seconds']:.0f} s: loss {stats['loss_first10']} -> {stats['loss_last10']}")
     lora, full = export_adapter(model)
     meta = AdapterMeta(r=args.r, alpha=args.alpha, targets=tuple(sorted(lora)), layers=args.layers,
                        max_length=args.max_length,
-                       extra={"head": args.head, "command": command, "date": results["date"], "commit": results["commit"],
+                       extra={"head": args.head, "joint_layers": args.joint_layers, "command": command, "date": results["date"], "commit": results["commit"],
                               "train_questions": results["data"]["train_questions"], "train_groups": len(groups),
                               "training_seconds": round(stats["seconds"], 1)})
     adapter = save_adapter(out / "adapter", lora, full, meta)

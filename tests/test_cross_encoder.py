@@ -39,11 +39,12 @@ def _groups(n: int = 24, seed: int = 0) -> list[Group]:
     return out
 
 
-def _scores(model, tokenizer, group: Group) -> np.ndarray:
+def _scores(model, tokenizer, group: Group, joint: int = 0) -> np.ndarray:
     import torch
 
-    enc = tokenizer([group.question] * len(group.passages), list(group.passages), truncation="longest_first",
-                    max_length=64, padding=True, return_tensors="pt")
+    from mage_gym.retrieval.cross_encoder import encode_pairs
+
+    enc = encode_pairs(tokenizer, [group.question] * len(group.passages), list(group.passages), 64, joint)
     with torch.inference_mode():
         return model(**enc).logits[:, 0].float().numpy()
 
@@ -153,3 +154,56 @@ def test_the_segment_cosine_head_starts_as_a_cosine_and_round_trips(tiny_base: P
     np.testing.assert_allclose(_scores(merged, tok, group), _scores(peft_model, tok, group), atol=2e-2)
     with pytest.raises(ValueError, match="head"):
         base_model(str(tiny_base), 2, head="max_pool")
+
+
+def test_a_late_joint_model_starts_from_the_bi_encoder_cosine_and_round_trips(tiny_base: Path,
+                                                                                tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModel, AutoTokenizer
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    group = _groups(seed=5)[0]
+    enc = AutoModel.from_pretrained(tiny_base, add_pooling_layer=False).eval()
+
+    def vec(texts: list[str]) -> torch.Tensor:  # the bi-encoder: mean-pooled token states, L2-normalised
+        t = tok(texts, padding=True, return_tensors="pt")
+        with torch.no_grad():
+            h = enc(**t).last_hidden_state
+        m = t["attention_mask"].unsqueeze(-1).float()
+        return torch.nn.functional.normalize((h * m).sum(1) / m.sum(1), dim=-1)
+
+    # the model's separate path over every layer is the bi-encoder, and its head starts as 20 x the cosine
+    model = base_model(str(tiny_base), 2, head="segment_cosine", joint_layers=1).eval()
+    want = 20.0 * (vec([group.question]) * vec(list(group.passages))).sum(-1)
+    np.testing.assert_allclose(_late_scores(model, tok, group), want.numpy(), atol=1e-4)
+    assert _scores(model, tok, group, joint=1).shape == (len(group.passages),)
+    peft_model = make_trainable(base_model(str(tiny_base), 2, head="segment_cosine", joint_layers=1), r=4, alpha=8,
+                                dropout=0.0)
+    train_groups(peft_model, tok, _groups(n=8), epochs=1, lr=5e-3, batch_groups=4, max_length=64,
+                 log=lambda m: None, joint_layers=1)
+    lora, full = export_adapter(peft_model)
+    folder = save_adapter(tmp_path / "late", lora, full, AdapterMeta(
+        r=4, alpha=8, targets=tuple(sorted(lora)), layers=2, max_length=64,
+        extra={"head": "segment_cosine", "joint_layers": 1}))
+    scorer = CrossEncoderScorer(folder, base_path=str(tiny_base), precision="float32")
+    np.testing.assert_allclose(scorer.score(group.question, list(group.passages)),
+                               _scores(peft_model.eval(), tok, group, joint=1), atol=2e-2)
+    with pytest.raises(ValueError, match="segment_cosine"):
+        base_model(str(tiny_base), 2, head="mean_pool_linear", joint_layers=1)
+
+
+def _late_scores(model, tokenizer, group: Group) -> np.ndarray:
+    """A late-joint model's head on its separate path run through every layer (no joint layer): the two texts
+    encoded apart and pooled apart, i.e. the bi-encoder under the model's head."""
+    import torch
+
+    from mage_gym.retrieval.cross_encoder import encode_pairs
+
+    enc = encode_pairs(tokenizer, [group.question] * len(group.passages), list(group.passages), 64, 1)
+    layers = model.encoder.encoder.layer
+    with torch.no_grad():
+        hq = model._layers(layers, model.encoder.embeddings(input_ids=enc["q_input_ids"]), enc["q_attention_mask"])
+        hp = model._layers(layers, model.encoder.embeddings(input_ids=enc["p_input_ids"]), enc["p_attention_mask"])
+        mq, mp = enc["q_attention_mask"].unsqueeze(-1).float(), enc["p_attention_mask"].unsqueeze(-1).float()
+        u, v = (hq * mq).sum(1) / mq.sum(1), (hp * mp).sum(1) / mp.sum(1)
+        return model.head(u, v)[:, 0].numpy()

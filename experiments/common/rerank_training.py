@@ -59,10 +59,12 @@ def export_adapter(peft_model: Any) -> tuple[dict[str, tuple[Any, Any]], dict[st
 
 def train_groups(model: Any, tokenizer: Any, groups: Sequence[Group], epochs: int, lr: float, batch_groups: int,
                  max_length: int, seed: int = 0, warmup: float = 0.1, weight_decay: float = 0.01,
-                 bf16: bool = False, log: Callable[[str], None] = print) -> dict[str, Any]:
+                 bf16: bool = False, log: Callable[[str], None] = print, joint_layers: int = 0) -> dict[str, Any]:
     """Train ``model`` (peft-wrapped) on ``groups``; returns the loss curve and timing."""
     import torch
     from transformers import get_linear_schedule_with_warmup
+
+    from mage_gym.retrieval.cross_encoder import encode_pairs
 
     torch.manual_seed(seed)
     rng = random.Random(seed)
@@ -82,8 +84,8 @@ def train_groups(model: Any, tokenizer: Any, groups: Sequence[Group], epochs: in
         rng.shuffle(order)
         for lo in range(0, len(order), batch_groups):
             batch = [groups[i] for i in order[lo: lo + batch_groups]]
-            enc = tokenizer([g.question for g in batch for _ in g.passages], [p for g in batch for p in g.passages],
-                            truncation="longest_first", max_length=max_length, padding=True, return_tensors="pt")
+            enc = encode_pairs(tokenizer, [g.question for g in batch for _ in g.passages],
+                               [p for g in batch for p in g.passages], max_length, joint_layers)
             with torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 logits = model(**enc).logits[:, 0].float().view(len(batch), size)
             loss = torch.nn.functional.cross_entropy(logits, torch.zeros(len(batch), dtype=torch.long))

@@ -175,13 +175,19 @@ def _model_class() -> Any:
         class MeanPoolCrossEncoder(torch.nn.Module):
             """An encoder over the (question, passage) pair and a head on its mean-pooled token states (HEADS)."""
 
-            def __init__(self, encoder: Any, head: str = HEAD) -> None:
+            def __init__(self, encoder: Any, head: str = HEAD, joint_layers: int = 0) -> None:
                 super().__init__()
                 if head not in HEADS:
                     raise ValueError(f"head must be one of {HEADS}, got {head!r}")
+                n = int(encoder.config.num_hidden_layers)
+                if not 0 <= int(joint_layers) <= n:
+                    raise ValueError(f"joint_layers must be in 0..{n}, got {joint_layers}")
+                if joint_layers and head != "segment_cosine":
+                    raise ValueError("joint_layers needs the segment_cosine head (the two texts are pooled apart)")
                 self.encoder = encoder
                 self.config = encoder.config
                 self.kind = head
+                self.joint_layers = int(joint_layers)
                 if head == "mean_pool_linear":
                     self.head = torch.nn.Linear(encoder.config.hidden_size, 1)
                     torch.nn.init.normal_(self.head.weight, std=0.02)
@@ -189,8 +195,27 @@ def _model_class() -> Any:
                 else:
                     self.head = SegmentCosineHead(encoder.config.hidden_size)
 
+            def _layers(self, layers: Any, h: Any, mask: Any) -> Any:
+                from transformers.masking_utils import create_bidirectional_mask
+
+                m = create_bidirectional_mask(config=self.config, inputs_embeds=h, attention_mask=mask)
+                for layer in layers:
+                    h = layer(h, m)
+                return h
+
             def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
-                        **unused: Any) -> Any:
+                        q_input_ids: Any = None, q_attention_mask: Any = None, p_input_ids: Any = None,
+                        p_attention_mask: Any = None, **unused: Any) -> Any:
+                if self.joint_layers:  # the lower layers read each text alone (the bi-encoder), the top ones both
+                    layers = self.encoder.encoder.layer
+                    cut = len(layers) - self.joint_layers
+                    hq = self._layers(layers[:cut], self.encoder.embeddings(input_ids=q_input_ids), q_attention_mask)
+                    hp = self._layers(layers[:cut], self.encoder.embeddings(input_ids=p_input_ids), p_attention_mask)
+                    mask = torch.cat([q_attention_mask, p_attention_mask], dim=1)
+                    h = self._layers(layers[cut:], torch.cat([hq, hp], dim=1), mask)
+                    nq = q_input_ids.shape[1]
+                    u, v = pool(h[:, :nq], q_attention_mask), pool(h[:, nq:], p_attention_mask)
+                    return SequenceClassifierOutput(logits=self.head(u, v))
                 h = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                                  token_type_ids=token_type_ids).last_hidden_state
                 if self.kind == "mean_pool_linear":
@@ -203,8 +228,14 @@ def _model_class() -> Any:
     return _MODEL_CLASS
 
 
-def base_model(base_path: str, layers: int, head: str = HEAD) -> Any:
-    """The scoring model on the base's first ``layers`` layers with a fresh ``head`` (:data:`HEADS`)."""
+def base_model(base_path: str, layers: int, head: str = HEAD, joint_layers: int = 0) -> Any:
+    """The scoring model on the base's first ``layers`` layers with a fresh ``head`` (:data:`HEADS`).
+
+    ``joint_layers`` 0: every layer reads ``[CLS] question [SEP] passage [SEP]``; n > 0: the lower layers read
+    the question and the passage apart (each as the bi-encoder does) and the top n layers read the two
+    sequences together (cross-attention between them), so an untrained model starts near the bi-encoder's
+    cosine (a late-interaction cross-encoder, as in PreTTR: MacAvaney et al., SIGIR 2020).
+    """
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from mage_gym._compat import ensure_torchvision
 
@@ -220,7 +251,8 @@ def base_model(base_path: str, layers: int, head: str = HEAD) -> Any:
     hf_logging.set_verbosity_error()  # the dropped layers and pooler are expected, not news
     hf_logging.disable_progress_bar()
     try:
-        return _model_class()(AutoModel.from_pretrained(base_path, config=config, add_pooling_layer=False), head)
+        return _model_class()(AutoModel.from_pretrained(base_path, config=config, add_pooling_layer=False), head,
+                              joint_layers)
     finally:
         hf_logging.set_verbosity(verbosity)
         if bars:
@@ -257,6 +289,21 @@ def merge_adapter(model: Any, state: Mapping[str, Any], meta: AdapterMeta) -> An
     return model
 
 
+def encode_pairs(tokenizer: Any, questions: Sequence[str], passages: Sequence[str], max_length: int,
+                 joint_layers: int = 0) -> dict[str, Any]:
+    """The model's keyword inputs for (question, passage) pairs: one pair encoding (``joint_layers`` 0, the pair
+    cut to ``max_length`` tokens, the passage first), else the two texts apart (``q_*`` / ``p_*``; the question
+    cut to 64 tokens, the passage to ``max_length`` minus the question's)."""
+    if not joint_layers:
+        return dict(tokenizer(list(questions), list(passages), truncation="longest_first", max_length=max_length,
+                              padding=True, return_tensors="pt"))
+    q = tokenizer(list(questions), truncation=True, max_length=64, padding=True, return_tensors="pt")
+    p = tokenizer(list(passages), truncation=True, max_length=max(16, max_length - int(q["input_ids"].shape[1])),
+                  padding=True, return_tensors="pt")
+    return {"q_input_ids": q["input_ids"], "q_attention_mask": q["attention_mask"], "p_input_ids": p["input_ids"],
+            "p_attention_mask": p["attention_mask"]}
+
+
 def load_cross_encoder(checkpoint: str | os.PathLike[str] | None = None, base_path: str | None = None
                        ) -> tuple[Any, Any, AdapterMeta]:
     """(model in eval mode, tokenizer, metadata) of a saved adapter on its base (default: the shipped ones)."""
@@ -269,7 +316,7 @@ def load_cross_encoder(checkpoint: str | os.PathLike[str] | None = None, base_pa
     if head not in HEADS:
         raise ValueError(f"adapter in {folder} has head {head!r}; this code scores with one of {HEADS}")
     base = base_path or default_base_path()
-    model = base_model(base, meta.layers, head)
+    model = base_model(base, meta.layers, head, int(meta.extra.get("joint_layers", 0)))
     merge_adapter(model, load_file(str(folder / ADAPTER_FILE)), meta)
     return model.eval(), AutoTokenizer.from_pretrained(base), meta
 
@@ -297,6 +344,7 @@ class CrossEncoderScorer:
                                      f"{self.base_path or self.meta.base}".encode()).hexdigest()
         self._model: Any = None
         self._tokenizer: Any = None
+        self._joint = 0
         self._lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
@@ -310,6 +358,7 @@ class CrossEncoderScorer:
         with self._lock:
             if self._model is None:
                 self._model, self._tokenizer, _ = load_cross_encoder(self.checkpoint, self.base_path)
+                self._joint = int(self.meta.extra.get("joint_layers", 0))
 
     def score(self, question: str, texts: Sequence[str]) -> np.ndarray:
         """float32 [len(texts)]: one logit per (question, text); higher is more relevant."""
@@ -324,12 +373,12 @@ class CrossEncoderScorer:
         with torch.inference_mode(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
             for lo in range(0, len(order), self.batch_size):
                 idx = order[lo: lo + self.batch_size]
-                batch = self._tokenizer([question] * len(idx), [texts[i] for i in idx], truncation="longest_first",
-                                        max_length=self.max_length, padding=True, return_tensors="pt")
+                batch = encode_pairs(self._tokenizer, [question] * len(idx), [texts[i] for i in idx],
+                                     self.max_length, self._joint)
                 out[idx] = self._model(**batch).logits[:, 0].float().numpy()
         return out
 
 
 __all__ = ["ADAPTER_FILE", "AdapterMeta", "CHECKPOINT_DIR", "CrossEncoderScorer", "HEADS", "META_FILE", "PRECISIONS",
-           "base_model", "checkpoint_digest", "default_base_path", "load_cross_encoder", "merge_adapter", "read_meta",
+           "base_model", "encode_pairs", "checkpoint_digest", "default_base_path", "load_cross_encoder", "merge_adapter", "read_meta",
            "resolve_precision", "save_adapter"]

@@ -131,6 +131,8 @@ def main() -> None:
     ap.add_argument("--head", default="mean_pool_linear", help="scoring head (mage_gym.retrieval.cross_encoder.HEADS)")
     ap.add_argument("--joint-layers", type=int, default=0,
                     help="top layers reading question and passage together (0: all; needs --head segment_cosine)")
+    ap.add_argument("--only-joint", action="store_true",
+                    help="adapt only the joint layers; the lower ones (the bi-encoder) run once per text")
     ap.add_argument("--r", type=int, default=16, help="LoRA rank")
     ap.add_argument("--alpha", type=float, default=32.0, help="LoRA alpha (scale alpha / r)")
     ap.add_argument("--dropout", type=float, default=0.1)
@@ -161,7 +163,7 @@ def main() -> None:
 
     from experiments.common.published import current_commit
     from experiments.common.rerank_data import training_groups
-    from experiments.common.rerank_training import export_adapter, make_trainable, train_groups
+    from experiments.common.rerank_training import LowerStates, export_adapter, make_trainable, train_groups
     from mage_gym.env.relevance import shared_retriever
     from mage_gym.retrieval.cross_encoder import (AdapterMeta, CrossEncoderScorer, base_model, default_base_path,
                                                   save_adapter)
@@ -193,10 +195,11 @@ def main() -> None:
 
     tokenizer = AutoTokenizer.from_pretrained(base_path)
     model = make_trainable(base_model(base_path, args.layers, args.head, args.joint_layers), args.r, args.alpha,
-                           args.dropout)
+                           args.dropout, only_joint=args.only_joint)
+    lower = LowerStates(model, tokenizer, groups, args.max_length, args.bf16, log=_log) if args.only_joint else None
     trained = model.get_nb_trainable_parameters()
     stats = train_groups(model, tokenizer, groups, args.epochs, args.lr, args.batch_groups, args.max_length,
-                         seed=args.seed, bf16=args.bf16, log=_log, joint_layers=args.joint_layers)
+                         seed=args.seed, bf16=args.bf16, log=_log, joint_layers=args.joint_layers, lower=lower)
     stats["trainable_parameters"] = int(trained[0])
     results["training"] = stats
     _log(f"trained in {stats['seconds']:.0f} s: loss {stats['loss_first10']} -> {stats['loss_last10']}")

@@ -207,3 +207,30 @@ def _late_scores(model, tokenizer, group: Group) -> np.ndarray:
         mq, mp = enc["q_attention_mask"].unsqueeze(-1).float(), enc["p_attention_mask"].unsqueeze(-1).float()
         u, v = (hq * mq).sum(1) / mq.sum(1), (hp * mp).sum(1) / mp.sum(1)
         return model.head(u, v)[:, 0].numpy()
+
+
+def test_training_only_the_joint_layers_on_precomputed_lower_states(tiny_base: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from experiments.common.rerank_training import LowerStates
+
+    tok = AutoTokenizer.from_pretrained(tiny_base)
+    model = make_trainable(base_model(str(tiny_base), 2, head="segment_cosine", joint_layers=1), r=4, alpha=8,
+                           dropout=0.0, only_joint=True)
+    groups = _groups(n=12)
+    lower = LowerStates(model, tok, groups, 64, bf16=False, log=lambda m: None)
+    # the precomputed path gives the model's own scores
+    g = groups[0]
+    direct = _scores(model.eval(), tok, g, joint=1)
+    import torch
+
+    with torch.no_grad():
+        via = model.get_base_model().joint_scores(*lower.batch([g.question] * len(g.passages), list(g.passages)))
+    np.testing.assert_allclose(via[:, 0].numpy(), direct, atol=1e-4)
+    stats = train_groups(model, tok, groups, epochs=4, lr=5e-3, batch_groups=4, max_length=64, log=lambda m: None,
+                         joint_layers=1, lower=lower)
+    lora, _ = export_adapter(model)
+    assert lora and all(".layer.1." in name for name in lora), "only the joint (top) layer is adapted"
+    assert stats["loss_last10"] < stats["loss_first10"]
+    with pytest.raises(ValueError, match="late-joint"):
+        make_trainable(base_model(str(tiny_base), 2), r=4, alpha=8, dropout=0.0, only_joint=True)

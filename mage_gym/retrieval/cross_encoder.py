@@ -203,19 +203,28 @@ def _model_class() -> Any:
                     h = layer(h, m)
                 return h
 
+            def lower_states(self, input_ids: Any, attention_mask: Any) -> Any:
+                """Token states of one text after the layers that read it alone (late-joint models)."""
+                layers = self.encoder.encoder.layer
+                return self._layers(layers[: len(layers) - self.joint_layers],
+                                    self.encoder.embeddings(input_ids=input_ids), attention_mask)
+
+            def joint_scores(self, hq: Any, q_mask: Any, hp: Any, p_mask: Any) -> Any:
+                """Logits [B, 1] from both texts' lower states: the joint layers over the two, pooled apart."""
+                layers = self.encoder.encoder.layer
+                h = self._layers(layers[len(layers) - self.joint_layers:], torch.cat([hq, hp], dim=1),
+                                 torch.cat([q_mask, p_mask], dim=1))
+                nq = hq.shape[1]
+                return self.head(pool(h[:, :nq], q_mask), pool(h[:, nq:], p_mask))
+
             def forward(self, input_ids: Any = None, attention_mask: Any = None, token_type_ids: Any = None,
                         q_input_ids: Any = None, q_attention_mask: Any = None, p_input_ids: Any = None,
                         p_attention_mask: Any = None, **unused: Any) -> Any:
                 if self.joint_layers:  # the lower layers read each text alone (the bi-encoder), the top ones both
-                    layers = self.encoder.encoder.layer
-                    cut = len(layers) - self.joint_layers
-                    hq = self._layers(layers[:cut], self.encoder.embeddings(input_ids=q_input_ids), q_attention_mask)
-                    hp = self._layers(layers[:cut], self.encoder.embeddings(input_ids=p_input_ids), p_attention_mask)
-                    mask = torch.cat([q_attention_mask, p_attention_mask], dim=1)
-                    h = self._layers(layers[cut:], torch.cat([hq, hp], dim=1), mask)
-                    nq = q_input_ids.shape[1]
-                    u, v = pool(h[:, :nq], q_attention_mask), pool(h[:, nq:], p_attention_mask)
-                    return SequenceClassifierOutput(logits=self.head(u, v))
+                    hq = self.lower_states(q_input_ids, q_attention_mask)
+                    hp = self.lower_states(p_input_ids, p_attention_mask)
+                    return SequenceClassifierOutput(logits=self.joint_scores(hq, q_attention_mask, hp,
+                                                                             p_attention_mask))
                 h = self.encoder(input_ids=input_ids, attention_mask=attention_mask,
                                  token_type_ids=token_type_ids).last_hidden_state
                 if self.kind == "mean_pool_linear":

@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import itertools
+import json
 import os
 import shlex
 import shutil
@@ -152,7 +153,18 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="outputs/train_reranker")
     ap.add_argument("--save", default=None, help="copy the adapter here (mage_gym/retrieval/cross_encoder ships it)")
+    ap.add_argument("--ship", default=None, metavar="OUT",
+                    help="no training: copy OUT/adapter (a finished run's) to --save with OUT/results.json's val "
+                         "figures, and record it in OUT/results.json")
     args = ap.parse_args()
+    if args.ship:
+        if not args.save:
+            raise SystemExit("--ship OUT needs --save FOLDER")
+        out = Path(args.ship)
+        results = json.loads((out / "results.json").read_text())
+        ship(out, Path(args.save), results)
+        write_json(out / "results.json", results)
+        return
     args.max_questions = dict((kv.split("=")[0], int(kv.split("=")[1])) for kv in args.max_questions.split(",")) \
         if args.max_questions else None
     if max(args.depths) > args.depth_max:
@@ -235,20 +247,27 @@ def main() -> None:
              + ", ".join(f"{ds} R@5 {d['R@5']:.3f}" for ds, d in r["per_dataset"].items()))
     _log(f"chosen on val: {chosen}; conf/retriever/hybrid_rerank.yaml and the class defaults match: "
          f"{results['selection']['preset_matches_chosen']}")
-    if args.save:
-        meta.extra.update({"val": {"chosen": chosen, "pooled": best["pooled"], "first_stage": rows[0]["pooled"],
-                                   "questions": results["data"]["val_questions"]}})
-        save_adapter(out / "adapter", lora, full, meta)
-        dest = Path(args.save)
-        dest.mkdir(parents=True, exist_ok=True)
-        for name in ("adapter.safetensors", "adapter.json"):
-            shutil.copy2(out / "adapter" / name, dest / name)
-        size = sum((dest / n).stat().st_size for n in ("adapter.safetensors", "adapter.json"))
-        results["saved"] = {"folder": str(args.save), "bytes": size}
-        _log(f"saved the adapter to {dest} ({size / 1024:.0f} KiB)")
     results["machine"]["load_average_1min_end"] = os.getloadavg()[0]
+    if args.save:
+        ship(out, Path(args.save), results)
     write_json(out / "results.json", results)
     _log(f"wrote {out / 'results.json'}")
+
+
+def ship(out: Path, dest: Path, results: dict[str, Any]) -> None:
+    """Copy ``out/adapter`` to ``dest``, its ``adapter.json`` completed with the run's val figures and chosen
+    settings (taken from ``results``, the run's results.json); records the size in ``results["saved"]``."""
+    meta = json.loads((out / "adapter" / "adapter.json").read_text())
+    val = results["val"]
+    best = next(r for r in val["settings"] if all(r[k] == v for k, v in val["chosen"].items()))
+    meta["val"] = {"chosen": val["chosen"], "pooled": best["pooled"], "first_stage": val["first_stage"]["pooled"],
+                   "questions": results["data"]["val_questions"], "results_of": results["command"]}
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(out / "adapter" / "adapter.safetensors", dest / "adapter.safetensors")
+    (dest / "adapter.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+    size = sum((dest / n).stat().st_size for n in ("adapter.safetensors", "adapter.json"))
+    results["saved"] = {"folder": str(dest), "bytes": size}
+    _log(f"saved the adapter to {dest} ({size / 1024:.0f} KiB)")
 
 
 def _count(questions: list) -> dict[str, int]:

@@ -150,3 +150,20 @@ def test_reranked_order_from_scored_passages_matches_the_retriever_rule() -> Non
     assert reranked_order(q, scores, 2, 1, "ce")[2:] == [2, 7]
     assert recall_at(reranked_order(q, scores, 3, 1, "ce"), q.gold, 1) == 1.0
     assert reranked_order(q, scores, 3, 1, "rrf")[0] in (5, 2)
+
+
+def test_val_grid_and_the_selection_rule_of_train_reranker() -> None:
+    from experiments.train_reranker import choose, evaluate
+
+    qs = [RerankQuestion("a", "val", "e1", "d", "q", (2,), [5, 1, 2, 7, 8, 9], [["x"]] * 6),
+          RerankQuestion("b", "val", "e2", "d", "q", (9,), [5, 1, 2, 7, 8, 9], [["x"]] * 6)]
+    scores = [[np.array([0.0]), np.array([0.1]), np.array([0.9]), np.array([0.2]), np.array([0.3]),
+               np.array([0.0])]] * 2
+    rows = evaluate(qs, scores, [2, 6])
+    first = rows[0]
+    assert first["combine"] == "first_stage" and first["pooled"]["R@1"] == 0.0
+    ce6 = next(r for r in rows if r["combine"] == "ce" and r["depth"] == 6 and r["chunks_per_page"] == 1)
+    assert ce6["per_dataset"]["a"]["R@1"] == 1.0 and ce6["per_dataset"]["b"]["R@5"] == 0.0
+    best = choose(rows)
+    assert best["depth"] > 0 and best["pooled"]["R@5"] == max(r["pooled"]["R@5"] for r in rows if r["depth"])
+    assert best["chunks_per_page"] == 1, "ties go to fewer passages read"

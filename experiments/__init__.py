@@ -1,8 +1,14 @@
-"""Experiment entry points and the code they share.
+"""Experiment entry points: thin scripts, each readable top to bottom.
 
-Each ``experiments/<name>.py`` is a Hydra script (``python experiments/benchmark.py ...`` or
-``python -m experiments.benchmark ...``; configs in ``conf/``) that reads top to bottom and calls
-into :mod:`experiments.common` for the plumbing every experiment must do the same way (episodes,
-graphs, envs, metrics, ``results.json``, plots, logging). Scripts never import scripts; the
-``mage_gym`` and ``policies`` packages never import this one.
+The core experiments sit at the top (``main``, ``make_synth``, ``build_graphs``,
+``train``, ``benchmark``, ``headroom``, ``report``, ``results_doc``); the rest by
+purpose: ``perf/`` (speed and memory), ``quality/`` (parsers, references,
+retrieval, datasets), ``analysis/`` (reports over earlier runs, tuning). Run
+them as ``python experiments/benchmark.py ...`` or
+``python -m experiments.perf.perf_env ...``; Hydra configs are in ``conf/``.
+
+What they share is a library: the harness :mod:`mage_gym.bench` (episodes,
+benchmark runs, equal-cost deltas, results files) and :mod:`policies` (the
+controllers and their training). Scripts never import scripts, and
+``mage_gym`` and ``policies`` never import this package.
 """

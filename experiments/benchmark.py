@@ -19,8 +19,8 @@ only and ``only_base_budget: true`` at ``env.budget`` only (both for the slow
 LLM evaluator). ``budgets`` is a list of partial budgets merged onto
 ``env.budget`` (null: that budget alone). Hydra multirun sweeps anything else.
 
-Writes into the Hydra run directory (see :mod:`experiments.common.benchmarking`):
-``results.json`` (documented shape, :mod:`experiments.common.results`),
+Writes into the Hydra run directory (see :mod:`mage_gym.bench.benchmark`):
+``results.json`` (documented shape, :mod:`mage_gym.bench.results`),
 ``results.csv``, ``results.md``, ``breakdown.json``, ``episodes.jsonl``,
 ``traces/``, and the plots ``budget_curve.png``, ``by_evidence_type.png``,
 ``single_vs_multi_page.png``. An episode whose reader or evaluator fails past
@@ -33,9 +33,10 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from experiments.common.benchmarking import RunStopped, benchmark, check_config
-from experiments.common.config import exit_on_config_error, plain, quiet_libraries, run_dir, set_threads
-from experiments.common.tracking import make_logger, run_name
+from mage_gym.bench.benchmark import RunStopped, benchmark, check_config
+from policies import REGISTRY
+from mage_gym.bench.config import exit_on_config_error, plain, quiet_libraries, run_dir, set_threads
+from mage_gym.bench.tracking import make_logger, run_name
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="benchmark")
@@ -43,12 +44,12 @@ from experiments.common.tracking import make_logger, run_name
 def main(cfg: DictConfig) -> None:
     quiet_libraries()
     c = plain(cfg)
-    check_config(c)  # a wrong option is one error before any work (or a W&B run) starts
+    check_config(c, REGISTRY)  # a wrong option is one error before any work (or a W&B run) starts
     set_threads(c.get("torch_threads"))
     out = run_dir()
     logger = make_logger(c, run_name(c["dataset"]["name"], "benchmark", c.get("seed", 0)), "benchmark", out)
     try:
-        res = benchmark(c, out, logger=logger)
+        res = benchmark(c, out, logger=logger, registry=REGISTRY)
     except RunStopped as err:  # too many failed episodes or a backend down: one message, exit status 1
         raise SystemExit(f"stopped: {err}") from None
     finally:

@@ -8,7 +8,7 @@ Run (from the repo root; ``python -m experiments.build_graphs`` works the same):
 
 Documents are PDFs and folders of page images (LongDocURL), found
 recursively; cached ones are only loaded, the rest built in ``workers``
-processes (:mod:`experiments.common.corpus`), or with ``executor=ray`` as one
+processes (:mod:`mage_gym.bench.corpus`), or with ``executor=ray`` as one
 Ray task per document (page-chunk tasks for documents longer than executor.ray.chunk_pages) on a cluster (conf/executor/ray.yaml, docs/DISTRIBUTED.md). A bad file never stops the run:
 its typed error (:mod:`mage_gym.graph.errors`) is recorded. The exit status is
 1 when no document has a graph at the end (nothing built or cached), or when
@@ -27,9 +27,9 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from experiments.common.config import ConfigError, exit_on_config_error, plain, run_dir
-from experiments.common.corpus import build_corpus
-from experiments.common.results import write_json
+from mage_gym.bench.config import ConfigError, exit_on_config_error, plain, run_dir
+from mage_gym.bench.corpus import build_corpus
+from mage_gym.bench.results import write_json
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="build_graphs")

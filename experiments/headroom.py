@@ -18,7 +18,7 @@ state through its own transition; the two-step search is capped by
 its chance level (:mod:`experiments.common.headroom` defines each).
 
 ``sources`` (on by default) splits the oracle's headroom by where it comes
-from, at equal tokens against topk_page (:mod:`experiments.common.headroom_sources`):
+from, at equal tokens against topk_page (:mod:`mage_gym.bench.headroom_sources`):
 reranking oracles over the top N retrieved pages (``rerank@N``,
 ``rerank_stop@N``), a granularity oracle (same pages, gold-bearing elements
 instead of whole pages) beside the non-privileged ``topk_elements`` baseline
@@ -53,18 +53,18 @@ import json
 
 import hydra
 from omegaconf import DictConfig
-from tqdm import tqdm
+from mage_gym.progress import progress_bar
 
-from experiments.common.benchmarking import benchmark_episodes
-from experiments.common.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
-from experiments.common.envs import make_env
-from experiments.common.episodes import episode_of
+from mage_gym.bench.benchmark import benchmark_episodes
+from mage_gym.bench.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
+from mage_gym.bench.envs import make_env
+from mage_gym.bench.episodes import episode_of
 from experiments.common.headroom import aggregate, measure_episode, run_oracle
-from experiments.common.headroom_sources import played_figures, report_sources, sources_for_env
-from experiments.common.results import budget_dict, write_json
+from mage_gym.bench.headroom_sources import played_figures, report_sources, sources_for_env
+from mage_gym.bench.results import budget_dict, write_json
 from mage_gym.graph.schema import EDGE_KINDS
 from mage_gym.jsonio import json_default
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 from policies.topk_elements import TopKElementsPolicy
 
 
@@ -98,7 +98,7 @@ def main(cfg: DictConfig) -> None:
                           max_graphs=8) if with_sources and n_opens else None
         measured = []
         figures, played = [], {}
-        for i, item in enumerate(tqdm(episodes, desc=f"headroom k={k}", unit="ep")):
+        for i, item in enumerate(progress_bar(episodes, desc=f"headroom k={k}", unit="ep")):
             ep = episode_of(item)
             h = measure_episode(env, ep.episode_id, seed + i, k, kinds, window=ep.page_window,
                                 slot_search=bool(slot_cfg.get("enabled", True)), slot_width=slot_width,

@@ -30,15 +30,16 @@ from typing import Any, Mapping
 import hydra
 from omegaconf import DictConfig
 
-from experiments.common.benchmarking import benchmark
-from experiments.common.benchmarking import check_config as check_benchmark_config
-from experiments.common.config import exit_on_config_error, plain, quiet_libraries, run_dir, set_threads
-from experiments.common.episodes import prepare_graphs
-from experiments.common.policy_options import policy_options
-from experiments.common.results import write_json
-from experiments.common.tracking import make_logger, run_name
-from experiments.common.training import check_config as check_train_config
-from experiments.common.training import train
+from mage_gym.bench.benchmark import benchmark
+from mage_gym.bench.benchmark import check_config as check_benchmark_config
+from mage_gym.bench.config import exit_on_config_error, plain, quiet_libraries, run_dir, set_threads
+from mage_gym.bench.episodes import prepare_graphs
+from mage_gym.bench.policy_options import policy_options
+from mage_gym.bench.results import write_json
+from mage_gym.bench.tracking import make_logger, run_name
+from policies import REGISTRY
+from policies.training.recipe import check_config as check_train_config
+from policies.training.recipe import train
 
 log = logging.getLogger("main")
 
@@ -101,7 +102,7 @@ def run(c: dict[str, Any], out: Path, logger: Any) -> dict[str, Any]:
     t = time.perf_counter()
     print(f"[4/4] benchmark on {len(test)} held-out test episodes", flush=True)
     trained = {**c["policy"], "ppo": {**c["policy"]["ppo"], "checkpoint": summary["checkpoint"]}}
-    res = benchmark({**c, "dataset": ds, "policy": trained}, out, episodes=test, logger=logger)
+    res = benchmark({**c, "dataset": ds, "policy": trained}, out, episodes=test, logger=logger, registry=REGISTRY)
     stages["benchmark_s"] = time.perf_counter() - t
     stages["total_s"] = sum(stages.values())
     main_summary = {"corpus": str(root), "splits": splits, "benchmark_episodes": len(test), "stages": stages,
@@ -117,7 +118,7 @@ def main(cfg: DictConfig) -> None:
     quiet_libraries()
     out = run_dir()
     c = plain(cfg)
-    check_benchmark_config(c)  # a wrong option is one error before any work (or a W&B run) starts
+    check_benchmark_config(c, REGISTRY)  # a wrong option is one error before any work (or a W&B run) starts
     check_train_config(c)
     set_threads(c.get("torch_threads"))
     logger = make_logger(c, run_name("synth", "main", c.get("seed", 0)), "main", out)

@@ -29,7 +29,7 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig
 
-from experiments.common.config import ConfigError, exit_on_config_error, plain
+from mage_gym.bench.config import ConfigError, exit_on_config_error, plain
 
 log = logging.getLogger("report")
 

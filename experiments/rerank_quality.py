@@ -10,7 +10,7 @@ window applied) ranks pages with the default retriever (``hybrid``) and with
 ``hybrid_rerank`` as ``conf/retriever/hybrid_rerank.yaml`` configures it (the
 shipped adapter); page recall at k = 1, 3, 5, 10 of each, and the paired
 difference (rerank minus hybrid) per question with its 95 % bootstrap
-interval (:func:`experiments.common.equal_cost.paired_delta`). At k = 5 this
+interval (:func:`mage_gym.bench.equal_cost.paired_delta`). At k = 5 this
 is what ``topk_page`` reads under each retriever.
 
 CPU cost: the seconds the reranker adds per question (its scoring, first
@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common.results import write_json
+from mage_gym.bench.results import write_json
 
 KS = (1, 3, 5, 10)
 
@@ -109,8 +109,8 @@ def main() -> None:
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     import torch
 
-    from experiments.common.equal_cost import paired_delta
-    from experiments.common.published import current_commit
+    from mage_gym.bench.equal_cost import paired_delta
+    from mage_gym.bench.published import current_commit
     from mage_gym.retrieval import get_retriever
     from mage_gym.retrieval.cross_encoder import read_meta
 

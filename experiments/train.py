@@ -13,13 +13,14 @@ Run (from the repo root; ``python -m experiments.train`` works the same):
     .venv/bin/python experiments/train.py ... train.init=outputs/train/<run>/checkpoint.zip   # start from weights
 
 The recipes (``train.algo``: ppo, dagger, dagger_ppo) are in
-:func:`experiments.common.training.train` (train split, graphs, ``n_envs``
+:func:`policies.training.recipe.train` (train split, graphs, ``n_envs``
 oracle-reader envs (in this process by default), behaviour-cloning warm start from
 ``train.bc.teacher`` or DAgger rounds from the oracle, PPO with periodic
 validation and model selection on the validation split, never on test).
-Options: ``train.*`` (conf/training/default.yaml),
-the learner's ``policy.ppo.*`` (network and PPO hyperparameters under
-``policy.ppo.train``), ``dataset.limit`` (training episodes).
+Options: ``train.*`` (conf/training/default.yaml; the learner's algorithm,
+network and PPO hyperparameters under ``train.ppo``), the learner's acting
+options ``policy.ppo.*`` (e.g. its render mode), ``dataset.limit`` (training
+episodes).
 
 Writes into the run directory (``outputs/train/<dataset>__ppo__<seed>__<time>``):
 ``checkpoint.zip`` (+ ``checkpoint.json``: algorithm, node features, observation keys,
@@ -36,10 +37,10 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from experiments.common.config import exit_on_config_error, plain, quiet_libraries, run_dir
-from experiments.common.results import fmt
-from experiments.common.tracking import make_logger, run_name
-from experiments.common.training import check_config, recipe_of, train
+from mage_gym.bench.config import exit_on_config_error, plain, quiet_libraries, run_dir
+from mage_gym.bench.results import fmt
+from mage_gym.bench.tracking import make_logger, run_name
+from policies.training.recipe import check_config, recipe_of, train
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="train")

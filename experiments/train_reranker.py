@@ -8,10 +8,10 @@ Run (from the repo root; graphs from the cache, fast parser; nothing downloads):
 1. Questions with gold pages of the TRAIN splits of MMLongBench, FinanceBench
    and the synthetic corpus; for each, the env's default hybrid ranks the
    pages (the first stage) and the reranker's passages are read
-   (:mod:`experiments.common.rerank_data`: the positive passage of each gold
+   (:mod:`mage_gym.bench.rerank_data`: the positive passage of each gold
    page, hard negatives from the top ``--negative-depth`` non-gold pages).
 2. LoRA fine-tuning of the first ``--layers`` layers of the shipped MiniLM
-   (:mod:`experiments.common.rerank_training`), fixed settings (printed and
+   (:mod:`mage_gym.bench.rerank_training`), fixed settings (printed and
    recorded; no search over them: one training run fits the CPU budget).
 3. The VAL splits choose how the reranker reads (``SELECTION_RULE``): the
    number of first-stage pages it reranks, passages per page and how its
@@ -42,7 +42,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.common.results import write_json
+from mage_gym.bench.results import write_json
 
 DATASETS = ("mmlongbench", "financebench", "synth")
 KS = (1, 3, 5, 10)
@@ -60,7 +60,7 @@ def _log(msg: str) -> None:
 
 
 def collect(args: argparse.Namespace, reranker: Any, split: str, positives: bool) -> tuple[list, dict]:
-    from experiments.common.rerank_data import collect_questions
+    from mage_gym.bench.rerank_data import collect_questions
 
     qs, skipped = [], {}
     for ds in args.datasets:
@@ -95,7 +95,7 @@ def score_passages(scorer: Any, questions: list) -> tuple[list[list[np.ndarray]]
 
 def evaluate(questions: list, scores: list, depths: list[int]) -> list[dict[str, Any]]:
     """Val recall of the first stage and of every grid setting, per dataset and pooled."""
-    from experiments.common.rerank_data import recall_at, reranked_order
+    from mage_gym.bench.rerank_data import recall_at, reranked_order
 
     settings: list[dict[str, Any]] = [{"depth": 0, "chunks_per_page": 0, "combine": "first_stage"}]
     settings += [{"depth": d, "chunks_per_page": c, "combine": m}
@@ -173,9 +173,9 @@ def main() -> None:
 
     import torch
 
-    from experiments.common.published import current_commit
-    from experiments.common.rerank_data import training_groups
-    from experiments.common.rerank_training import LowerStates, export_adapter, make_trainable, train_groups
+    from mage_gym.bench.published import current_commit
+    from mage_gym.bench.rerank_data import training_groups
+    from mage_gym.bench.rerank_training import LowerStates, export_adapter, make_trainable, train_groups
     from mage_gym.env.relevance import shared_retriever
     from mage_gym.retrieval.cross_encoder import (AdapterMeta, CrossEncoderScorer, base_model, default_base_path,
                                                   save_adapter)

@@ -10,15 +10,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from mage_gym.ids import ENV_ID
+
 __version__ = "0.1.0"
-ENV_ID = "MageRAG-v0"
 
 
 def _register() -> None:
     import gymnasium as gym
 
     if ENV_ID not in gym.registry:
-        gym.register(id=ENV_ID, entry_point="mage_gym.env.factory:make_mage_rag")
+        gym.register(id=ENV_ID, entry_point="mage_gym.make:make_mage_rag")
 
 
 _register()
@@ -26,14 +27,10 @@ _register()
 
 def __getattr__(name: str) -> Any:
     """``mage_gym.make_env`` / ``mage_gym.make_training_env`` without importing the env at ``import mage_gym``."""
-    if name == "make_env":
-        from mage_gym.env import make_env
+    if name in ("make_env", "make_training_env"):
+        from mage_gym import make
 
-        return make_env
-    if name == "make_training_env":
-        from mage_gym.env.factory import make_training_env
-
-        return make_training_env
+        return getattr(make, name)
     raise AttributeError(f"module 'mage_gym' has no attribute {name!r}")
 
 

@@ -36,7 +36,7 @@ capped at ``page_max_side`` px; crops at ``crop_dpi``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 from xml.sax.saxutils import escape as _xml_escape
 
@@ -71,11 +71,20 @@ class RenderConfig:
 
     @classmethod
     def coerce(cls, value: "RenderConfig | dict | None") -> "RenderConfig":
+        """A record from a mapping; unknown keys: a TypeError naming the valid ones."""
         if value is None:
             return cls()
         if isinstance(value, RenderConfig):
             return value
-        return cls(**dict(value))
+        data = dict(value)
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            raise TypeError(f"unknown render setting(s) {unknown}; valid: {', '.join(valid)}")
+        return cls(**data)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 def text_tokens(text: str) -> int:
@@ -122,25 +131,18 @@ class _Fragment:
     whole_text: bool = False  # an activated page whose whole text is in ``text`` (text mode)
 
 
-_FRAGMENTS = None
+def _fragment_memo(memo: dict | None, mode: str, cfg: RenderConfig) -> tuple[dict, dict]:
+    """The (pages, elements) fragment dicts of ``memo`` for (mode, config); fresh ones when there is no memo.
 
-
-def _fragment_cache(graph: EvidenceGraph, mode: str, cfg: RenderConfig) -> tuple[dict, dict]:
-    """Per-graph memo of node fragments: node text is static, so each is built once per process.
-
-    One (pages, elements) pair of dicts per (mode, config), keyed by ``2 * index + state bit``
-    (activated / opened): int keys, so a render does not hash the config once per node.
+    Keyed by ``2 * index + state bit`` (activated / opened): int keys, so a
+    render does not hash the config once per node.
     """
-    global _FRAGMENTS
-    if _FRAGMENTS is None:
-        from mage_gym.retrieval.cache import GraphIndexCache
-
-        _FRAGMENTS = GraphIndexCache(max_graphs=8)
-    per_graph = _FRAGMENTS.get(graph, lambda g: {})
-    memo = per_graph.get((mode, cfg))
     if memo is None:
-        memo = per_graph[(mode, cfg)] = ({}, {})
-    return memo
+        return {}, {}
+    pair = memo.get((mode, cfg))
+    if pair is None:
+        pair = memo.setdefault((mode, cfg), ({}, {}))
+    return pair
 
 
 def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, mode: str, cfg: RenderConfig) -> _Fragment:
@@ -207,8 +209,15 @@ def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, mode: str, cfg
 
 
 def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str = "",
-           config: RenderConfig | dict | None = None) -> RenderedInput:
-    """Render the working subgraph of ``state`` (an ``EvidenceState`` or its node-state array)."""
+           config: RenderConfig | dict | None = None, memo: dict | None = None) -> RenderedInput:
+    """Render the working subgraph of ``state`` (an ``EvidenceState`` or its node-state array).
+
+    ``memo``: a dict the caller keeps for ``graph`` (and only for it), where
+    node fragments are remembered across renders. Node text is static, so a
+    fragment is a pure function of (graph, node, state bit, mode, config):
+    a memo saves work and never changes the output. The env passes one kept
+    on its graph index; without one, every fragment is built afresh.
+    """
     if mode not in RENDER_MODES:
         raise ValueError(f"unknown render mode {mode!r}; expected one of {RENDER_MODES}")
     cfg = RenderConfig.coerce(config)
@@ -216,7 +225,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
     if st.shape != (graph.n_nodes,):
         raise ValueError(f"node-state table has shape {st.shape}; graph has {graph.n_nodes} nodes")
     n_pages = graph.n_pages
-    page_memo, el_memo = _fragment_cache(graph, mode, cfg)
+    page_memo, el_memo = _fragment_memo(memo, mode, cfg)
     page_on = st[:n_pages] == _ACTIVATED
     el_idx = ((st[n_pages:] == _ACTIVATED) | (st[n_pages:] == _OPENED)).nonzero()[0]
     el_page = graph.node_page[el_idx + n_pages]

@@ -21,14 +21,15 @@ the gold, the rendered reader input and the episode counters.
 - **cost**: rendered tokens / ``token_cap`` + operations / ``op_cap`` +
   (reader + evaluator calls) / ``call_cap``, each clipped to [0, 1], weighted
   by ``w_tokens``, ``w_ops``, ``w_calls`` (default weights sum to 1).
-- optional potential-based shaping (off by default): ``gamma * phi(s') -
-  phi(s)`` per step with ``phi`` = gold coverage of the current state, and
-  ``phi = 0`` at termination, which leaves optimal policies unchanged
-  (Ng et al., 1999).
+- :func:`potential`: ``phi`` = gold coverage of the current state, the
+  potential of :class:`mage_gym.wrappers.PotentialShaping` (``gamma *
+  phi(s') - phi(s)`` per move, ``phi = 0`` at termination, which leaves
+  optimal policies unchanged; Ng et al., 1999). Shaping is that wrapper, on
+  privileged training envs only; it is no reward setting.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any, Mapping
 
 import numpy as np
@@ -42,20 +43,25 @@ from mage_gym.readers.base import RenderedInput
 
 @dataclass(frozen=True)
 class RewardConfig:
+    """The terminal reward's weights and caps (``env.reward`` in the experiments, same defaults).
+
+    ``lambda_cost`` is 1.0, the experiments' calibrated value: the smallest
+    of {0.1, 0.25, 0.5, 1.0} at which reading every page scores below
+    topk_page on the training documents, so a controller is paid for choosing.
+    """
+
     lambda_noise: float = 0.25  # lambda1
-    lambda_cost: float = 0.1  # lambda2
+    lambda_cost: float = 1.0  # lambda2
     token_cap: int = 32768
     op_cap: int | None = None  # None: the budget's step cap T*(m+B+2)
     call_cap: int | None = None  # None: T + 1 (one evaluator call per round plus the reader)
     w_tokens: float = 0.5
     w_ops: float = 0.25
     w_calls: float = 0.25
-    shaping: bool = False
-    shaping_gamma: float = 1.0
-    shaping_scale: float = 1.0
 
     @classmethod
     def coerce(cls, value: "RewardConfig | Mapping[str, Any] | None") -> "RewardConfig":
+        """A record from a mapping (``lambda1``/``lambda2`` name the two weights too); unknown keys: TypeError."""
         if value is None:
             return cls()
         if isinstance(value, RewardConfig):
@@ -63,6 +69,12 @@ class RewardConfig:
         data = dict(value.items())
         aliases = {"lambda1": "lambda_noise", "lambda2": "lambda_cost"}
         data = {aliases.get(k, k): v for k, v in data.items()}
+        valid = [f.name for f in fields(cls)]
+        unknown = sorted(set(data) - set(valid))
+        if unknown:
+            hint = (" (reward shaping is the PotentialShaping wrapper: gym.make(..., privileged=True, shaping=True), "
+                    "train.shaping in the experiments)") if any(k.startswith("shaping") for k in unknown) else ""
+            raise TypeError(f"unknown reward setting(s) {unknown}; valid: {', '.join(valid)}{hint}")
         return cls(**data)
 
     def to_dict(self) -> dict[str, Any]:

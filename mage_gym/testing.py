@@ -7,41 +7,14 @@ here are deterministic pseudo-embeddings.
 """
 from __future__ import annotations
 
-import re
-import zlib
 from typing import Sequence
 
 import numpy as np
 
 from mage_gym.graph.graph import EvidenceGraph
+from mage_gym.graph.hashing import HashingEncoder
 from mage_gym.graph.schema import EDGE_KINDS, DocumentSource, Element, Page, element_id, page_id
-
-_WORD = re.compile(r"[a-z0-9]+")
-
-
-class HashingEncoder:
-    """Deterministic bag-of-words vectors: a model-free stand-in for MiniLM.
-
-    Why: unit tests that build graphs from hand-made documents
-    (:func:`mage_gym.graph.build.build_from_parsed`) need vectors where texts
-    that share words are similar and unrelated texts are not, without loading
-    a model. Words are hashed (crc32, stable across processes) into ``dim``
-    buckets with a sign; vectors are L2-normalised; empty text gives zeros.
-    """
-
-    def __init__(self, dim: int = 64, name: str = "hashing-bow") -> None:
-        self.dim = dim
-        self.name = f"{name}-{dim}"
-
-    def encode(self, texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        for i, t in enumerate(texts):
-            for w in _WORD.findall((t or "").lower()):
-                h = zlib.crc32(w.encode())
-                out[i, h % self.dim] += 1.0 if (h >> 16) & 1 else -1.0
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        return np.divide(out, norms, out=np.zeros_like(out), where=norms > 0)
-
+from mage_gym.bench.synthetic import HashEncoder, hash_query_fn, make_large_graph
 
 _TYPES = ("title", "paragraph", "table", "chart", "paragraph", "list", "figure", "caption")
 
@@ -127,7 +100,7 @@ def toy_quote_pairs(n_questions: int = 8, n_pages: int = 8, elements_per_page: i
 
     Why: env, policy and training tests need a handful of single-document
     episodes whose gold is known and reachable; built here once instead of
-    in each test file. Use with ``query_fn=mage_gym.env._synthetic.hash_query_fn(dim)``.
+    in each test file. Use with ``query_fn=mage_gym.testing.hash_query_fn(dim)``.
     """
     from mage_gym.data.episode import Episode
     from mage_gym.env.episodes import EnvEpisode
@@ -145,7 +118,7 @@ def toy_quote_pairs(n_questions: int = 8, n_pages: int = 8, elements_per_page: i
 def toy_conversation(n_pages: int = 8, turns: int = 3, episode_id: str = "conv", dim: int = 16):
     """A conversation of ``turns`` questions on one toy graph, element gold per turn (an ``EnvEpisode``).
 
-    Use with ``query_fn=mage_gym.env._synthetic.hash_query_fn(dim)``.
+    Use with ``query_fn=mage_gym.testing.hash_query_fn(dim)``.
     """
     from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
     from mage_gym.env.episodes import EnvEpisode
@@ -213,3 +186,34 @@ def graph_from_texts(pages: Sequence[Sequence[str]], doc_id: str = "texts", dim:
         edge_weight=np.zeros(0, np.float32), edge_label=[], page_vectors=unit(len(page_recs)),
         element_vectors=unit(len(elements)), meta=dict(meta or {"parser": "test"}),
     )
+
+
+def toy_episodes(n_pages: int = 8, elements_per_page: int = 5, dim: int = 16, seed: int = 0) -> list:
+    """Four episodes over one :func:`mage_gym.testing.make_toy_graph` graph, one per kind of gold.
+
+    ``elem`` (element-level gold by node id), ``page`` (page-level gold),
+    ``region`` (a gold box on a page) and ``unans`` (unanswerable). Use with
+    ``query_fn=hash_query_fn(dim)``.
+    """
+    from mage_gym.data.episode import Episode, Region
+    from mage_gym.env.episodes import EnvEpisode
+
+    g = make_toy_graph(n_pages=n_pages, elements_per_page=elements_per_page, dim=dim, seed=seed)
+    last = n_pages - 1
+    box = g.elements_of_page(last)[1].bbox
+    common = dict(benchmark="mmlongbench", doc_id=g.doc_id, source="<toy>")
+    eps = [
+        Episode(episode_id="elem", question="Which chart shows revenue growth?", answer="12", answer_format="Int",
+                evidence_pages=(n_pages // 2,), gold_node_ids=(f"{g.doc_id}:p{n_pages // 2}:e2",), **common),
+        Episode(episode_id="page", question="What is the asia risk margin?", answer="low", answer_format="Str",
+                evidence_pages=(3,), **common),
+        Episode(episode_id="region", question="How many employees in europe?", answer="40", answer_format="Int",
+                evidence_pages=(last,), evidence_regions=(Region(page=last, bbox=box),), **common),
+        Episode(episode_id="unans", question="What is the profit table total?", answer="Not answerable",
+                answer_format="None", answerable=False, **common),
+    ]
+    return [EnvEpisode(ep, g) for ep in eps]
+
+
+__all__ = ["HashEncoder", "HashingEncoder", "hash_query_fn", "make_large_graph", "make_toy_graph", "toy_quote_pairs",
+           "toy_conversation", "toy_crossdoc", "graph_from_texts", "toy_episodes"]

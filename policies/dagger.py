@@ -37,7 +37,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
-from policies.base import EnvInfo, Policy
+from mage_gym.bench.protocol import EnvInfo, Policy
 
 
 @dataclass(frozen=True)
@@ -101,7 +101,7 @@ def collect_round(env: Any, model: Any, teacher: Policy, episode_ids: Sequence[s
     valid actions), ``label_set_size`` (mean), ``teacher_share``. With ``desc``, a progress bar over the
     episodes (a round over every training episode takes minutes).
     """
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     action_masks = env.get_wrapper_attr("action_masks")
     rows: dict[str, list[np.ndarray]] = {}
@@ -109,7 +109,7 @@ def collect_round(env: Any, model: Any, teacher: Policy, episode_ids: Sequence[s
     agree = exact = teacher_moves = 0
     set_size = 0
     chance = 0.0
-    for i, eid in enumerate(tqdm(episode_ids, desc=desc, unit="ep", disable=desc is None, leave=False)):
+    for i, eid in enumerate(progress_bar(episode_ids, desc=desc, unit="ep", disable=desc is None, leave=False)):
         obs, _ = env.reset(seed=seed + i, options={"episode_id": eid})
         teacher.reset(EnvInfo.from_env(env, seed=seed + i))
         done = False

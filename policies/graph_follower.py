@@ -15,7 +15,7 @@ What it reads: the observation (relevance, slot types, mask) and the env's
 public graph API (``env.get_wrapper_attr("graph")``: per-kind adjacency and
 node pages; ``slots``: which node sits in which slot). Never gold; it runs
 on any env, privileged or not. It needs its env: build it with
-``GraphFollowerPolicy(env)`` or call :meth:`bind`; :func:`policies.runner.run_episode`
+``GraphFollowerPolicy(env)`` or call :meth:`bind`; :func:`mage_gym.bench.play.run_episode`
 binds it to the env it plays (``needs_env``).
 
 One episode, one decision at a time:
@@ -46,7 +46,8 @@ from typing import Any, Mapping, Sequence
 import numpy as np
 
 from mage_gym.env import Op
-from policies.base import EnvBoundPolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import EnvBoundPolicy
 from policies.features import SlotView, action_of, best_slot, op_mask, prune_to_make_room
 
 #: Relations followed by default, in priority order.
@@ -57,7 +58,7 @@ class GraphFollowerPolicy(EnvBoundPolicy):
     """Anchor on the best passage, follow its relations to a few new pages (see module docstring)."""
 
     name = "graph_follower"
-    needs_env = True  # :func:`policies.runner.run_episode` binds it to the env it plays
+    needs_env = True  # :func:`mage_gym.bench.play.run_episode` binds it to the env it plays
 
     def __init__(self, env: Any = None, kinds: Sequence[str] = DEFAULT_KINDS, hops: int = 2,
                  max_new_pages: int = 3, make_room: bool = True, render_mode: str | None = None,

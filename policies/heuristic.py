@@ -39,7 +39,7 @@ only (see README): there, in ``visual`` mode, opening (page images already
 carry the content) and pruning (it dropped gold entry pages) lowered the
 reward, so both are off; they remain available. The page rules
 (``page_min_rel``, ``page_best_min_rel``, ``follow_page_labels``) and the
-zero weights were chosen by ``experiments/tune_heuristic.py`` on dev
+zero weights were chosen by ``experiments/analysis/tune_heuristic.py`` on dev
 train/val splits at equal tokens against topk_page.
 """
 from __future__ import annotations
@@ -49,7 +49,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from mage_gym.env import Op
-from policies.base import BasePolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import BasePolicy
 from policies.features import SlotView, action_of, best_slot, op_mask
 
 

@@ -13,20 +13,20 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from policies.base import EnvInfo, Policy
+from mage_gym.bench.protocol import EnvInfo, Policy
 
 
 def collect_demos(env: Any, teacher: Policy, episode_ids: Sequence[str], seed: int = 0,
                   progress: bool = True) -> dict[str, np.ndarray]:
     """Run ``teacher`` (a step-level policy) on ``episode_ids``; stack its observations, masks and actions."""
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     if teacher.level != "step":
         raise ValueError("behaviour cloning needs a step-level teacher (flat actions)")
     action_masks = env.get_wrapper_attr("action_masks")
     obs_rows: dict[str, list[np.ndarray]] = {}
     masks, actions = [], []
-    for i, eid in enumerate(tqdm(episode_ids, desc="demos", unit="ep", disable=not progress)):
+    for i, eid in enumerate(progress_bar(episode_ids, desc="demos", unit="ep", disable=not progress)):
         obs, _ = env.reset(seed=seed + i, options={"episode_id": eid})
         teacher.reset(EnvInfo.from_env(env, seed=seed + i))
         done = False

@@ -48,7 +48,8 @@ from mage_gym.env import RoundDecision
 from mage_gym.readers.base import ReaderOutput
 from mage_gym.readers.errors import BackendFailureRateError, ReaderConfigError, error_kind
 from mage_gym.readers.prompt import ReaderPrompt
-from policies.base import BasePolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import BasePolicy
 from policies.llm_decision import parse_decision
 from policies.llm_prompt import EVALUATOR_PROMPT_VERSION, PromptConfig, build_evaluator_prompt
 
@@ -138,6 +139,11 @@ class CallableBackend:
         return str(self.fn(prompt.system, prompt.user_text()))
 
 
+#: the evaluator's backend when none is given: the embedded SmolLM2 with a short reply (a decision, not an answer);
+#: conf/policy/llm_evaluator.yaml repeats it (tests/test_config_defaults.py keeps them equal)
+DEFAULT_BACKEND: dict[str, Any] = {"reader": "hf", "model": "smollm2", "max_new_tokens": 96}
+
+
 def default_cache_path() -> Path:
     from mage_gym.readers.gguf_cache import cache_root
 
@@ -175,7 +181,7 @@ class LLMEvaluatorPolicy(BasePolicy):
         if int(backend_error_grace) < 0:
             raise ValueError(f"backend_error_grace must be >= 0, got {backend_error_grace}")
         if backend is None or isinstance(backend, Mapping):
-            cfg = dict(backend or {"reader": "hf", "model": "smollm2"})
+            cfg = dict(backend or DEFAULT_BACKEND)
             self.backend: Any = ReaderBackend(**cfg)
         else:
             self.backend = backend

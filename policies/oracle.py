@@ -51,7 +51,8 @@ import numpy as np
 from mage_gym.coverage import cover
 from mage_gym.env import Op
 from mage_gym.render import whole_text_pages
-from policies.base import EnvBoundPolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import EnvBoundPolicy
 from policies.features import SlotView, action_of, op_mask, prune_to_make_room
 
 

@@ -29,7 +29,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from mage_gym.env import NODE_FEATURES
-from policies.base import BasePolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import BasePolicy
 
 #: algorithm name -> (module, class, uses masks)
 ALGOS: dict[str, tuple[str, str, bool]] = {
@@ -37,9 +38,10 @@ ALGOS: dict[str, tuple[str, str, bool]] = {
     "ppo": ("stable_baselines3", "PPO", False),
     "a2c": ("stable_baselines3", "A2C", False),
 }
-#: use_question=False: a slot net blind to the question embedding (policies/slot_net.py; the shipped student's)
+#: the slot-set network (train.ppo.net repeats these; tests/test_config_defaults.py keeps them equal); vf: the value
+#: head's hidden layers; use_question=False: a net blind to the question embedding (the shipped student's)
 DEFAULT_NET = {"hidden": 64, "slot_dim": 16, "global_dim": 64, "question_dim": 32, "pooling": "mean+max+attention",
-               "use_question": True}
+               "use_question": True, "vf": [64]}
 
 
 def algo_class(algo: str) -> tuple[type, bool]:
@@ -59,7 +61,7 @@ def build_model(env: Any, algo: str = "maskable_ppo", seed: int = 0, net: Mappin
 
     cls, masked = algo_class(algo)
     net_cfg = {**DEFAULT_NET, **dict(net or {})}
-    vf = list(net_cfg.pop("vf", [64]))
+    vf = list(net_cfg.pop("vf"))
     policy_kwargs = {"features_extractor_class": SlotSetExtractor, "features_extractor_kwargs": net_cfg,
                      "net_arch": {"pi": [], "vf": vf}}
     return cls(MaskableSlotPolicy if masked else SlotPolicy, env, seed=seed, device=device, verbose=verbose,
@@ -209,9 +211,8 @@ class PPOPolicy(BasePolicy):
 
     def __init__(self, checkpoint: str | None = None, model: Any = None, algo: str | None = None,
                  deterministic: bool = True, device: str = "cpu", render_mode: str | None = None,
-                 train: Mapping[str, Any] | None = None, allow_mismatch: Any = (), **kw: Any) -> None:
+                 allow_mismatch: Any = (), **kw: Any) -> None:
         super().__init__(render_mode=render_mode, **kw)
-        self.train_cfg = dict(train or {})  # training settings (experiments/train.py); unused when acting
         if model is None and not checkpoint:
             checkpoint = str(SHIPPED_CHECKPOINT)  # the packaged DAgger student (policies/checkpoints/README.md)
         self.checkpoint = checkpoint

@@ -9,7 +9,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from policies.base import BasePolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import BasePolicy
 
 
 class RandomPolicy(BasePolicy):

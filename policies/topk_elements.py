@@ -13,7 +13,7 @@ It plays in the ``elements`` render mode (:mod:`mage_gym.render`): an
 activated page is sent as its summary only, opened elements as their full
 text plus a crop for figures, charts and tables; no page is sent whole. The
 benchmark compares it at equal tokens with ``topk_page`` reading whole page
-images (:data:`experiments.common.equal_cost.BASELINE_MODE`).
+images (:data:`mage_gym.bench.equal_cost.BASELINE_MODE`).
 
 Relevance is the observation's fused retrieval percentile (elements are
 ranked among elements), exactly what ``topk_text`` reads.
@@ -30,11 +30,12 @@ from policies.features import SlotView, action_of, best_slot, op_mask
 
 
 class TopKElementsPolicy(BasePolicy):
-    """``n_open``: elements to open (None = the open budget B), all on the entry pages."""
+    """``n_open``: elements to open (None = the open budget B), all on the entry pages. The default, 4, was
+    chosen on the TRAIN and VAL splits of MMLongBench and FinanceBench (conf/policy/topk_elements.yaml says how)."""
 
     name = "topk_elements"
 
-    def __init__(self, n_open: int | None = None, render_mode: str | None = "elements", **kw: Any) -> None:
+    def __init__(self, n_open: int | None = 4, render_mode: str | None = "elements", **kw: Any) -> None:
         super().__init__(render_mode=render_mode, **kw)
         if n_open is not None and int(n_open) < 0:
             raise ValueError(f"n_open must be >= 0 or null, got {n_open}")

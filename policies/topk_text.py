@@ -22,7 +22,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from mage_gym.env import Op
-from policies.base import BasePolicy, EnvInfo
+from mage_gym.bench.protocol import EnvInfo
+from policies.base import BasePolicy
 from policies.features import SlotView, action_of, best_slot, op_mask
 
 

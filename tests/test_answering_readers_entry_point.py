@@ -71,10 +71,11 @@ def role(body: dict) -> str:
 #: What this test adds to the README's command, all of it to fit a CI budget on 2 CPU cores with a 135 M
 #: model: one question of a real document, the fast parser, the evaluator alone for one round with short
 #: replies, no equal-cost curve, no W&B. The response caches stay on (the paper config's default, and what
-#: broke ``gym.make``), in new files, so every request still reaches the server.
+#: broke ``gym.make``), in new files, so every request still reaches the server. Long client timeouts: a
+#: request timed out on a loaded machine is retried, and the counts below would then differ for that reason.
 CI_SIZE = ["dataset.limit=1", "env.parser=fast", "policies=[llm_evaluator]", "equal_cost.enabled=false",
            "policy.llm_evaluator.max_rounds=1", "reader.max_tokens=16", "policy.llm_evaluator.backend.max_tokens=48",
-           "logger=none", "graph_workers=1"]
+           "logger=none", "graph_workers=1", "+reader.timeout=900", "+policy.llm_evaluator.backend.timeout=900"]
 
 
 @pytest.mark.real_data

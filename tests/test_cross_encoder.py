@@ -14,8 +14,8 @@ pytest.importorskip("peft")
 
 from tiny_models import build_tiny_bert  # noqa: E402
 
-from experiments.common.rerank_data import Group, positive_passage, training_groups  # noqa: E402
-from experiments.common.rerank_training import export_adapter, make_trainable, train_groups  # noqa: E402
+from mage_gym.bench.rerank_data import Group, positive_passage, training_groups  # noqa: E402
+from mage_gym.bench.rerank_training import export_adapter, make_trainable, train_groups  # noqa: E402
 from mage_gym.retrieval.cross_encoder import (  # noqa: E402
     AdapterMeta, CrossEncoderScorer, base_model, checkpoint_digest, load_cross_encoder, read_meta, save_adapter)
 
@@ -122,7 +122,7 @@ def test_positive_passage_prefers_gold_text_then_the_answer_then_the_best_chunk(
 
 
 def test_training_groups_take_one_group_per_gold_page_and_hard_negatives() -> None:
-    from experiments.common.rerank_data import RerankQuestion
+    from mage_gym.bench.rerank_data import RerankQuestion
 
     q = RerankQuestion("d", "train", "e", "doc", "q?", (1, 4), [4, 0, 2, 1, 3],
                        [["p4"], ["p0"], ["p2"], ["p1"], ["p3"]], positives={1: "gold1", 4: "gold4"})
@@ -212,7 +212,7 @@ def _late_scores(model, tokenizer, group: Group) -> np.ndarray:
 def test_training_only_the_joint_layers_on_precomputed_lower_states(tiny_base: Path, tmp_path: Path) -> None:
     from transformers import AutoTokenizer
 
-    from experiments.common.rerank_training import LowerStates
+    from mage_gym.bench.rerank_training import LowerStates
 
     tok = AutoTokenizer.from_pretrained(tiny_base)
     model = make_trainable(base_model(str(tiny_base), 2, head="segment_cosine", joint_layers=1), r=4, alpha=8,

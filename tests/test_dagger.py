@@ -17,7 +17,7 @@ import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import NUMERIC_KEYS, EnvEpisode, PrivilegedAccessError
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
 from mage_gym.testing import make_toy_graph
 from policies.dagger import DaggerConfig, aggregate, collect_round, on_policy_agreement, run_dagger
@@ -184,7 +184,7 @@ def test_oracle_label_sets_hold_its_action_first_and_only_valid_actions(train_pa
     sizes = []
     for i, eid in enumerate(ids(train_pairs)):
         obs, _ = env.reset(seed=i, options={"episode_id": eid})
-        from policies.base import EnvInfo
+        from mage_gym.bench.protocol import EnvInfo
 
         teacher.reset(EnvInfo.from_env(env, seed=i))
         done = False

@@ -14,7 +14,8 @@ def test_readme_is_short_and_uses_wrapper_access_only() -> None:
 
 
 def test_every_script_and_module_the_readme_names_exists() -> None:
-    scripts = set(re.findall(r"experiments/(\w+)\.py", README)) | set(re.findall(r"-m experiments\.(\w+)", README))
+    scripts = set(re.findall(r"experiments/([\w/]+)\.py", README))
+    scripts |= {m.replace(".", "/") for m in re.findall(r"-m experiments\.([\w.]+)", README)}
     missing = [s for s in sorted(scripts) if not (REPO / "experiments" / f"{s}.py").is_file()]
     assert scripts and not missing, missing
     for path in re.findall(r"`((?:mage_gym|policies|scripts|conf|docs|tests)/[\w/.]+)`", README):

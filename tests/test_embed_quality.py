@@ -1,4 +1,4 @@
-"""experiments/embed_quality.py: recall arithmetic, the train-split fusion grid, the results file shape.
+"""experiments/quality/embed_quality.py: recall arithmetic, the train-split fusion grid, the results file shape.
 
 The grid search re-implements RRF on cached ranks (it evaluates hundreds of
 settings); these tests pin it to the library's ``rrf`` so the setting chosen
@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import embed_quality as eq
+from experiments.quality import embed_quality as eq
 from mage_gym.retrieval.fusion import rrf
 
 

@@ -1,4 +1,4 @@
-"""experiments/embed_quality.py --select-adaptive: the searched families score as the library does, the rule.
+"""experiments/quality/embed_quality.py --select-adaptive: the searched families score as the library does, the rule.
 
 The family search evaluates hundreds of settings on cached channel scores;
 these tests pin each family to the library function (and the gated family to
@@ -12,7 +12,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import embed_quality as eq
+from experiments.quality import embed_quality as eq
 from mage_gym.retrieval.base import Scores
 from mage_gym.retrieval.fusion import density_gate, interleave_scores, normalized_sum, rrf
 from mage_gym.retrieval.hybrid import HYBRID_ADAPTIVE, DensityGatedHybrid

@@ -1,4 +1,4 @@
-"""experiments/embed_quality.py --select-learned: fitted on train, chosen on val, test never read, reported.
+"""experiments/quality/embed_quality.py --select-learned: fitted on train, chosen on val, test never read, reported.
 
 The selection fits one linear ranker per grid setting on cached channel
 scores; these tests plant a channel only the learned fusion can use (the
@@ -13,7 +13,7 @@ import json
 import numpy as np
 import pytest
 
-from experiments import embed_quality as eq
+from experiments.quality import embed_quality as eq
 
 DOC = {"n_pages": 20.0, "chars_per_element": 90.0, "mean_page_chars": 700.0, "image_only_share": 0.0}
 

@@ -13,7 +13,7 @@ from mage_gym.env import (
     ACTIVATED, OBSERVATION_KEYS, OPENED, PRUNED, UNVISITED, Budget, EnvEpisode, MageRAGEnv, Op, RoundDecision,
     encode_action,
 )
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.testing import make_toy_graph
 
 QF = hash_query_fn(16)
@@ -410,7 +410,7 @@ def test_scripted_interface_operate_and_render_without_stopping():
 
 
 def test_make_env_needs_exactly_one_source():
-    from mage_gym.env import make_env
+    from mage_gym import make_env
 
     with pytest.raises(ValueError):
         make_env()

@@ -11,10 +11,10 @@ from mage_gym.env import MageRAGEnv
 from mage_gym.env.episodes import EnvEpisode
 from mage_gym.env.observation import CONVERSATION_KEYS, NUMERIC_KEYS
 from mage_gym.env.state import ACTIVATED, OPENED
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.testing import toy_conversation, toy_crossdoc
 from policies import POLICIES, get_policy
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 QF = hash_query_fn(16)
 

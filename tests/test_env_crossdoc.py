@@ -7,13 +7,13 @@ import numpy as np
 from gymnasium.utils.env_checker import check_env
 
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import EnvEpisode
 from mage_gym.env.observation import NUMERIC_KEYS
 from mage_gym.graph.union import UnionGraph
 from mage_gym.testing import toy_crossdoc
 from policies import get_policy
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 QF = hash_query_fn(16)
 

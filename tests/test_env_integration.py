@@ -8,7 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mage_gym.env import MageRAGEnv, RoundDecision, make_env
+from mage_gym import make_env
+from mage_gym.env import MageRAGEnv, RoundDecision
 
 
 def random_episode(env, seed: int) -> dict:

@@ -7,7 +7,7 @@ import numpy as np
 
 from mage_gym.data.episode import FLAG_EMPTY_EVIDENCE, Region
 from mage_gym.env import OBSERVATION_KEYS, ActionLayout, EnvEpisode, MageRAGEnv, RoundDecision
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.wrappers import TextViewInfo
 
 QF = hash_query_fn(16)

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from mage_gym.env import PRUNED, MageRAGEnv, Op, RoundDecision, decode_action, n_actions
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.env.actions import apply_operation
 from mage_gym.trace import TraceRecorder, replay
 

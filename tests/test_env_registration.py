@@ -11,7 +11,7 @@ from mage_gym.env import ActionLayout
 REPO = Path(__file__).resolve().parents[1]
 
 TOY = """
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 kw = dict(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=8, retriever="bm25")
 """
 

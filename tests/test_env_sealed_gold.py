@@ -20,13 +20,13 @@ import mage_gym
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import EnvEpisode, PrivilegedAccessError, PrivilegedView
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import Gold
 from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 K, BUDGET = 16, {"k": 2, "m": 2, "M": 6, "T": 3, "B": 3}
 QF = hash_query_fn(16)

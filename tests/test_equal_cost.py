@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.common.equal_cost import MIN_QUESTIONS, curve_arrays, delta_at_equal_cost, interpolate_at, paired_delta
+from mage_gym.bench.equal_cost import MIN_QUESTIONS, curve_arrays, delta_at_equal_cost, interpolate_at, paired_delta
 
 
 def test_interpolation_is_linear_between_neighbours_and_never_extrapolates() -> None:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import ast
 import hashlib
-import inspect
 import json
 import os
 import re
@@ -20,14 +19,15 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common import results as R
-from experiments.common.benchmarking import benchmark
-from experiments.common.config import ConfigError, plain
-from experiments.common.metrics import METRIC_KEYS
-from experiments.common.training import split_episodes, train
+from mage_gym.bench import results as R
+from mage_gym.bench.benchmark import benchmark
+from policies import REGISTRY
+from mage_gym.bench.config import ConfigError, plain
+from mage_gym.bench.metrics import METRIC_KEYS
+from policies.training.recipe import split_episodes, train
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import make_toy_graph
 
 REPO = Path(__file__).resolve().parents[1]
@@ -68,7 +68,7 @@ def toy_cfg(name: str = "benchmark", **extra) -> dict:
     if name == "train":
         cfg["train"].update(split="all", eval_split="all", eval_episodes=4, eval_freq=128, total_timesteps=256,
                             n_envs=2)
-        cfg["policy"]["ppo"]["train"]["hparams"].update(n_steps=64, batch_size=64, n_epochs=1)
+        cfg["train"]["ppo"]["hparams"].update(n_steps=64, batch_size=64, n_epochs=1)
         cfg["train"]["bc"].update(enabled=True, teacher="heuristic", episodes=8, updates=50, batch_size=64)
     cfg.update(extra)
     return cfg
@@ -140,7 +140,7 @@ def test_experiment_code_never_rereads_policy_yaml() -> None:
 
 
 def test_every_policy_composed_once_and_one_env_block() -> None:
-    from mage_gym.env import MageRAGEnv
+    from mage_gym.env import EnvConfig
     from policies import POLICIES
 
     cfgs = {n: compose(n) for n in ("benchmark", "train", "main", "paper")}
@@ -153,10 +153,8 @@ def test_every_policy_composed_once_and_one_env_block() -> None:
     assert cfgs["benchmark"]["env"]["render_mode"] == "visual" and cfgs["paper"]["env"]["render_mode"] == "visual"
     assert cfgs["benchmark"]["env"]["reward"]["lambda_cost"] == cfgs["paper"]["env"]["reward"]["lambda_cost"] == 1.0
     assert cfgs["paper"]["env"]["final_open_pass"] is True
-    # the env node is passed whole: every key must be a MageRAGEnv keyword argument
-    params = set(inspect.signature(MageRAGEnv.__init__).parameters)
-    params |= set(getattr(sys.modules[MageRAGEnv.__module__], "SHORTCUT_KEYWORDS", ()))  # keywords via **kwargs
-    assert set(cfgs["benchmark"]["env"]) <= params, set(cfgs["benchmark"]["env"]) - params
+    # the env node is passed whole: every key must be an EnvConfig setting
+    assert set(cfgs["benchmark"]["env"]) <= set(EnvConfig.settings()), set(cfgs["benchmark"]["env"])
     over = compose("main", "policy.heuristic.open_min_rel=0.5")
     assert over["policy"]["heuristic"]["open_min_rel"] == 0.5 and over["policy"]["llm_evaluator"]["limit"] == 3
 
@@ -164,7 +162,7 @@ def test_every_policy_composed_once_and_one_env_block() -> None:
 # --- benchmark and train in process -----------------------------------------------------------------------
 
 def test_benchmark_in_process_writes_every_output(pairs, tmp_path) -> None:
-    res = benchmark(toy_cfg(), tmp_path, episodes=pairs)
+    res = benchmark(toy_cfg(), tmp_path, episodes=pairs, registry=REGISTRY)
     obj = check_results(tmp_path / "results.json", n_runs=8)
     assert [r["budget"]["k"] for r in obj["runs"]] == [1] * 4 + [2] * 4
     assert [r["policy"] for r in obj["runs"][:4]] == ["random", "topk_page", "topk_text", "heuristic"]
@@ -182,7 +180,7 @@ def test_benchmark_in_process_writes_every_output(pairs, tmp_path) -> None:
 
 def test_benchmark_compares_at_equal_cost_and_marks_the_oracle_privileged(pairs, tmp_path) -> None:
     cfg = toy_cfg(policies=["topk_page", "heuristic", "oracle"], budgets=[{"k": 2}])
-    benchmark(cfg, tmp_path, episodes=pairs)
+    benchmark(cfg, tmp_path, episodes=pairs, registry=REGISTRY)
     obj = check_results(tmp_path / "results.json", 3)
     runs = {r["policy"]: r for r in obj["runs"]}
     assert "equal_cost" not in runs["topk_page"] and runs["oracle"]["privileged"] is True
@@ -205,7 +203,7 @@ def test_benchmark_compares_at_equal_cost_and_marks_the_oracle_privileged(pairs,
 def test_benchmark_policy_limit_and_overrides(pairs, tmp_path) -> None:
     cfg = toy_cfg(policies=["heuristic"], budgets=None)
     cfg["policy"]["heuristic"].update(limit=3, open_min_rel=0.0)
-    benchmark(cfg, tmp_path, episodes=pairs)
+    benchmark(cfg, tmp_path, episodes=pairs, registry=REGISTRY)
     m = check_results(tmp_path / "results.json", 1)["runs"][0]["metrics"]
     assert m["episodes"] == 3
 
@@ -215,13 +213,12 @@ def test_benchmark_rejects_unknown_parser_and_policy_before_any_work(tmp_path) -
     cfg["env"]["parser"] = "fsat"
     cfg["dataset"] = {"name": "synth", "root": str(tmp_path / "no_corpus_here"), "split": "val"}
     with pytest.raises(ConfigError, match=r"env\.parser='fsat'.*layout, fast"):
-        benchmark(cfg, tmp_path)  # the parser, not the missing corpus or "no episodes", is the error
+        benchmark(cfg, tmp_path, registry=REGISTRY)  # the parser, not the missing corpus or "no episodes", is the error
     with pytest.raises(ConfigError, match="unknown policies"):
-        benchmark(toy_cfg(policies=["heuristic", "heurstic"]), tmp_path)
+        benchmark(toy_cfg(policies=["heuristic", "heurstic"]), tmp_path, registry=REGISTRY)
     assert not (tmp_path / "episodes.jsonl").exists()
 
 
-@pytest.mark.filterwarnings("error:reward.shaping is deprecated:DeprecationWarning")
 def test_train_then_benchmark_records_the_checkpoint(pairs, tmp_path) -> None:
     from policies import get_policy
 
@@ -244,7 +241,7 @@ def test_train_then_benchmark_records_the_checkpoint(pairs, tmp_path) -> None:
 
     cfg = toy_cfg(policies=["heuristic", "ppo"], budgets=None)
     cfg["policy"]["ppo"]["checkpoint"] = summary["checkpoint"]
-    benchmark(cfg, tmp_path / "bench", episodes=pairs)
+    benchmark(cfg, tmp_path / "bench", episodes=pairs, registry=REGISTRY)
     runs = {r["policy"]: r for r in check_results(tmp_path / "bench" / "results.json", 2)["runs"]}
     assert runs["ppo"]["checkpoint"]["sha256"] == sha and "checkpoint" not in runs["heuristic"]
     rows = [json.loads(x) for x in (tmp_path / "bench" / "episodes.jsonl").read_text().splitlines()]
@@ -262,13 +259,16 @@ def _wrappers(env) -> list[str]:
 
 
 def test_only_training_envs_are_privileged_and_shaped(pairs) -> None:
-    from experiments.common.envs import make_env
-    from experiments.common.training import shaping_kwargs
+    from mage_gym.bench.envs import make_env
+    from policies.training.recipe import shaping_kwargs
 
     cfg = toy_cfg("train")
-    assert shaping_kwargs(cfg["env"], False) == {}
-    kw = shaping_kwargs(cfg["env"], True)
+    assert shaping_kwargs(False) == {} and cfg["train"]["shaping"] is True
+    kw = shaping_kwargs(True)
     assert kw == {"privileged": True, "shaping": {"gamma": 1.0, "scale": 1.0}}
+    assert shaping_kwargs({"gamma": 0.9})["shaping"] == {"gamma": 0.9, "scale": 1.0}
+    with pytest.raises(ConfigError, match="train.shaping"):
+        shaping_kwargs({"gama": 0.9})
     shaped = make_env(pairs, {**cfg, "env": {**cfg["env"], **kw}}, reader="oracle")
     plain_env = make_env(pairs, cfg, reader="oracle")
     try:
@@ -333,7 +333,7 @@ def run_script(script: str, tmp_path: Path, *overrides: str, module: bool = Fals
                ok: bool = True) -> subprocess.CompletedProcess:
     """An entry point as a user runs it: ``python experiments/<script>.py`` or ``python -m experiments.<script>``."""
     env = dict(os.environ, WANDB_MODE="offline", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1")
-    target = ["-m", f"experiments.{script}"] if module else [str(REPO / "experiments" / f"{script}.py")]
+    target = ["-m", f"experiments.{script.replace('/', '.')}"] if module else [str(REPO / "experiments" / f"{script}.py")]
     cmd = [sys.executable, *target, *overrides]
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=600)
     if ok:
@@ -358,7 +358,7 @@ def test_train_module_end_to_end(corpus, tmp_path) -> None:
     run_script("train", tmp_path, f"hydra.run.dir={tmp_path}", "dataset=synth", f"dataset.root={corpus}",
                "train.split=all", "train.eval_split=all", "train.eval_episodes=2", "train.total_timesteps=128",
                "train.eval_freq=128", "train.n_envs=1", "train.bc.episodes=4", "train.bc.updates=10",
-               "policy.ppo.train.hparams.n_steps=64", "policy.ppo.train.hparams.batch_size=32", "logger=none",
+               "train.ppo.hparams.n_steps=64", "train.ppo.hparams.batch_size=32", "logger=none",
                "retriever=bm25", *SMALL_ENV, module=True)
     check_results(tmp_path / "results.json", 1)
     assert (tmp_path / "checkpoint.zip").is_file() and not list(tmp_path.glob("wandb"))
@@ -394,7 +394,7 @@ def test_report_on_a_missing_run_dir_says_so_and_creates_nothing(tmp_path) -> No
 
 
 def test_parser_quality_type_accuracy_is_null_without_gold_boxes() -> None:
-    from experiments.parser_quality import format_table, type_accuracy
+    from experiments.quality.parser_quality import format_table, type_accuracy
 
     acc = type_accuracy({"table": {"table": 3, "text": 1}, "chart": {}})
     assert acc == {"table": 0.75, "chart": None}

@@ -1,4 +1,4 @@
-"""experiments.common.fast_learn: threads per phase, no per-call distribution checks, the same learning."""
+"""policies.training.fast_learn: threads per phase, no per-call distribution checks, the same learning."""
 from __future__ import annotations
 
 import gymnasium as gym
@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-from experiments.common.fast_learn import learn, unchecked_distributions
+from policies.training.fast_learn import learn, unchecked_distributions
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import toy_quote_pairs
 
 torch = pytest.importorskip("torch")

@@ -10,9 +10,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.common.headroom import aggregate, measure_episode, neighbourhood_pages, page_order_in_window
+from experiments.common.headroom import aggregate, measure_episode, neighbourhood_pages
+from mage_gym.bench.headroom_sources import page_order_in_window
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.testing import make_toy_graph
 
 REPO = Path(__file__).resolve().parent.parent
@@ -90,7 +91,7 @@ def test_headroom_script_on_a_generated_corpus(tmp_path: Path) -> None:
             assert m["slot_reach_0"]["any"] == pytest.approx(m["missed_in_slots_at_reset"])
             assert m["slot_reach_0"]["any"] <= m["slot_reach_1"]["any"] <= m["slot_reach_2"]["any"] <= 1.0
             assert m["slot_chance_0"]["any"] <= m["slot_chance_1"]["any"] <= m["slot_chance_2"]["any"] <= 1.0
-        src = m["sources"]["all"]["sources"]  # the headroom split by source (experiments/common/headroom_sources)
+        src = m["sources"]["all"]["sources"]  # the headroom split by source (mage_gym/bench/headroom_sources)
         assert {"topk_page", "rerank@10", "rerank_stop@15", "granularity", "adaptive_stop@15", "oracle",
                 "topk_elements@2", "topk_elements@16"} <= set(src)
         assert src["topk_page"]["delta_recall_at_equal_tokens"]["mean"] == pytest.approx(0.0, abs=1e-9)

@@ -13,7 +13,7 @@ import pytest
 from experiments.common.headroom import (ANY, SlotReach, aggregate_slot_reach, measure_episode, slot_activations,
                                          slot_reach)
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.env.actions import Op
 from mage_gym.env.budget import Budget
 from mage_gym.env.candidates import fill_slots

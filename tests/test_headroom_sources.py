@@ -4,14 +4,14 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.common.headroom_sources import (
+from mage_gym.bench.headroom_sources import (
     aggregate_sources, element_recall, gold_elements, measure_sources, played_figures, report_sources, sources_for_env)
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.render import render, whole_text_pages
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 QF = hash_query_fn(16)
 IDS = ("elem", "page", "region")

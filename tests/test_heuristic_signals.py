@@ -8,7 +8,7 @@ import pytest
 import mage_gym
 from mage_gym.env import NODE_FEATURES, ActionLayout, Op, encode_action
 from policies import get_policy
-from policies.base import EnvInfo
+from mage_gym.bench.protocol import EnvInfo
 
 COL = {n: i for i, n in enumerate(NODE_FEATURES)}
 K = 4

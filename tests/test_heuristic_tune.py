@@ -1,11 +1,11 @@
-"""experiments/tune_heuristic.py: grid expansion, never a test split, question-weighted choice (the scoring
-itself is experiments.common.equal_cost's, tested in test_equal_cost.py)."""
+"""experiments/analysis/tune_heuristic.py: grid expansion, never a test split, question-weighted choice (the scoring
+itself is mage_gym.bench.equal_cost's, tested in test_equal_cost.py)."""
 from __future__ import annotations
 
 import pytest
 
-from experiments.common.config import ConfigError
-from experiments.tune_heuristic import choose, dataset_node, grid_points
+from mage_gym.bench.config import ConfigError
+from experiments.analysis.tune_heuristic import choose, dataset_node, grid_points
 
 
 def test_grid_points_product_with_fixed() -> None:
@@ -19,8 +19,8 @@ def test_grid_points_product_with_fixed() -> None:
 def test_dataset_node_refuses_test_split() -> None:
     from hydra import compose, initialize_config_dir
 
-    from experiments.common.config import plain
-    from experiments.tune_heuristic import _CONF
+    from mage_gym.bench.config import plain
+    from experiments.analysis.tune_heuristic import _CONF
 
     with initialize_config_dir(config_dir=str(_CONF), version_base=None):
         cfg = plain(compose(config_name="tune_heuristic", overrides=["dataset.limit=7"]))

@@ -10,7 +10,7 @@ import numpy as np
 
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode, MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, make_large_graph
+from mage_gym.testing import hash_query_fn, make_large_graph
 from mage_gym.env.initial import build_initial_state, initial_state
 
 QF = hash_query_fn(32)

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments import embed_quality as eq
+from experiments.quality import embed_quality as eq
 from mage_gym.env.relevance import score_question
 from mage_gym.retrieval import Query, get_retriever, rrf
 from mage_gym.retrieval.learned_fusion import (

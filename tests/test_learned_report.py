@@ -1,4 +1,4 @@
-"""experiments/learned_report.py and equal_cost.delta_over_seeds: arms over seeds, against topk_page at equal cost."""
+"""experiments/analysis/learned_report.py and equal_cost.delta_over_seeds: arms over seeds, against topk_page at equal cost."""
 from __future__ import annotations
 
 import json
@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.common.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
-from experiments.common import published
-from experiments.common.published import HEADROOM_CLOSED, render_result, with_headroom_closed
-from experiments.learned_report import main, parse_arm, report
+from mage_gym.bench.equal_cost import delta_at_equal_cost, delta_over_seeds, needed_ks
+from mage_gym.bench import published
+from mage_gym.bench.published import HEADROOM_CLOSED, render_result, with_headroom_closed
+from experiments.analysis.learned_report import main, parse_arm, report
 
 BUDGET = {"k": 5, "m": 4, "M": 24, "T": 6, "B": 16}
 LABEL = "k5 m4 M24 T6 B16"
@@ -132,7 +132,7 @@ def test_arms_are_named_compared_on_the_plans_own_k_and_averaged(tmp_path: Path)
     assert "| imitation | synth | test | all | k=5 m=4 M=24 T=6 B=16 | visual | 60 |" in md
     assert "0.150 [" in md and "| interpretable |" not in md
     small = {"mean": 0.1, "lo": 0.0, "hi": 0.2, "n": 7, "interpretable": False}
-    assert published._fmt(small) == "0.100 [0.000, 0.200] (n=7: under 30)"  # a small test set says so
+    assert published.format_cell(small) == "0.100 [0.000, 0.200] (n=7: under 30)"  # a small test set says so
 
 
 def test_a_curve_in_another_render_mode_is_not_used(tmp_path: Path) -> None:

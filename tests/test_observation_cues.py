@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from mage_gym.env import NODE_FEATURES, MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.env.graph_index import build_graph_index
 from mage_gym.env.observation import active_page_distance
 from mage_gym.env.question_cues import best_element_on_page, cued_types, page_mentions, question_columns

@@ -84,11 +84,11 @@ def test_checkpoints_record_relevance_columns_and_old_sidecars_fail_by_name(tmp_
     import mage_gym.env  # noqa: F401
     from mage_gym.data.episode import Episode
     from mage_gym.env import EnvEpisode
-    from mage_gym.env._synthetic import hash_query_fn
+    from mage_gym.testing import hash_query_fn
     from mage_gym.testing import make_toy_graph
     from policies import get_policy
     from policies.ppo import CheckpointMismatch, build_model, save_checkpoint
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     g = make_toy_graph(n_pages=4, elements_per_page=2, dim=16, seed=1)
     pairs = [EnvEpisode(Episode(episode_id="q0", benchmark="synth", doc_id="toy", source="<toy>",

@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 from mage_gym.env import MageRAGEnv, PrivilegedAccessError
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from policies.oracle import OraclePolicy, privileged_row
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 from policies.topk_page import TopKPagePolicy
 
 QF = hash_query_fn(16)

@@ -225,6 +225,7 @@ def test_named_hybrids_and_the_default() -> None:
 
 
 def test_env_relevance_shows_the_page_channel_in_the_last_column(tmp_path: Path) -> None:
+    from mage_gym.env.graph_index import build_graph_index
     from mage_gym.env.relevance import N_RELEVANCE, page_view, percentile, score_question, search_page_scores
 
     g = make_graph(REPORT)
@@ -239,8 +240,9 @@ def test_env_relevance_shows_the_page_channel_in_the_last_column(tmp_path: Path)
     assert rel.entry_pages(1) == [1]
     # SearchEvidence scores pages on the page-only view: the same page scores, vectors loaded not re-encoded
     calls = enc.texts
-    np.testing.assert_array_equal(search_page_scores(g, r, q), r.score(g, q).pages)
-    assert enc.texts == calls and page_view(g).n_elements == 0
+    gi = build_graph_index(g)
+    np.testing.assert_array_equal(search_page_scores(gi, r, q), r.score(g, q).pages)
+    assert enc.texts == calls and page_view(gi).n_elements == 0 and page_view(gi) is page_view(gi)
 
 
 def test_hybrid_pages_ranks_elements_exactly_as_hybrid_elements() -> None:

@@ -1,4 +1,4 @@
-"""The gold-box matching rule and the MMDocIR gold loader used by experiments/parser_quality.py."""
+"""The gold-box matching rule and the MMDocIR gold loader used by experiments/quality/parser_quality.py."""
 from __future__ import annotations
 
 import json

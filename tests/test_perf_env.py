@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.perf_env import compare_trees
+from experiments.perf.perf_env import compare_trees
 
 ROOT = Path(__file__).resolve().parents[1]
 

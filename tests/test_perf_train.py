@@ -1,15 +1,15 @@
-"""experiments/perf_train.py: setting parsing, medians (cold and warm), the other-tree runner's failure path."""
+"""experiments/perf/perf_train.py: setting parsing, medians (cold and warm), the other-tree runner's failure path."""
 from __future__ import annotations
 
 import pytest
 
-from experiments.perf_train import measure_tree, median_row, parse_setting, split_setting
+from experiments.perf.perf_train import measure_tree, median_row, parse_setting, split_setting
 
 
 def test_parse_setting() -> None:
     assert parse_setting("dummy:2") == ("dummy", 2, False)
     assert parse_setting("subproc:4:legacy") == ("subproc", 4, True)
-    assert parse_setting("dummy:8+policy.ppo.train.hparams.n_steps=128") == ("dummy", 8, False)
+    assert parse_setting("dummy:8+train.ppo.hparams.n_steps=128") == ("dummy", 8, False)
     assert split_setting("dummy:8+a.b=1+c=2") == ("dummy:8", ["a.b=1", "c=2"])
     assert split_setting("subproc:2:legacy") == ("subproc:2:legacy", [])
     for bad in ("dummy", "thread:2", "dummy:2:old", "dummy:x", "dummy+x=1"):
@@ -34,10 +34,10 @@ def test_measure_tree_names_the_failure(tmp_path) -> None:
 
 
 def test_as_legacy_keeps_the_settings_overrides() -> None:
-    from experiments.perf_train import as_legacy
+    from experiments.perf.perf_train import as_legacy
 
     assert as_legacy("dummy:2") == "dummy:2:legacy"
-    assert as_legacy("dummy:2+policy.ppo.train.hparams.n_steps=512") == \
-        "dummy:2:legacy+policy.ppo.train.hparams.n_steps=512"
+    assert as_legacy("dummy:2+train.ppo.hparams.n_steps=512") == \
+        "dummy:2:legacy+train.ppo.hparams.n_steps=512"
     assert as_legacy("subproc:2:legacy+a=1") == "subproc:2:legacy+a=1"
     assert parse_setting(as_legacy("dummy:2+a=1")) == ("dummy", 2, True)

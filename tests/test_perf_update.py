@@ -1,13 +1,13 @@
-"""experiments/perf_update.py: the matmul FLOP count, the profiler split and the update-cost record."""
+"""experiments/perf/perf_update.py: the matmul FLOP count, the profiler split and the update-cost record."""
 from __future__ import annotations
 
 import gymnasium as gym
 import pytest
 import torch
 
-from experiments.perf_update import gemm_rate, matmul_flops, profiled_split, update_cost
+from experiments.perf.perf_update import gemm_rate, matmul_flops, profiled_split, update_cost
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import toy_quote_pairs
 
 

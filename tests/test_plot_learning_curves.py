@@ -1,10 +1,10 @@
-"""experiments/plot_learning_curves.py: runs that differ in their PPO rollout shape are labelled by it."""
+"""experiments/analysis/plot_learning_curves.py: runs that differ in their PPO rollout shape are labelled by it."""
 from __future__ import annotations
 
 import json
 from pathlib import Path
 
-from experiments import plot_learning_curves as plc
+from experiments.analysis import plot_learning_curves as plc
 
 
 def _run(root: Path, name: str, n_envs: int, n_steps: int | None, hydra_n_steps: int | None = None) -> Path:

@@ -8,12 +8,12 @@ import pytest
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from mage_gym.data.episode import Episode
 from mage_gym.env import ActionLayout, EnvEpisode, Op, RoundDecision, decode_action
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import make_toy_graph
 from policies import POLICIES, get_policy
-from policies.base import EnvInfo, Policy
+from mage_gym.bench.protocol import EnvInfo, Policy
 from policies.llm_evaluator import CallableBackend
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 N_PAGES, PER_PAGE, K = 10, 5, 24
 BUDGET = {"k": 2, "m": 2, "M": 8, "T": 4, "B": 4}

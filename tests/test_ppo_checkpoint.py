@@ -10,12 +10,12 @@ import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 import policies.ppo as ppo
 from mage_gym.data.episode import Episode
 from mage_gym.env import NODE_FEATURES, NUMERIC_KEYS, EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.graph.store import GRAPH_VERSION
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.ppo import CheckpointMismatch, build_model, save_checkpoint
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 BUDGET = {"k": 2, "m": 2, "M": 6, "T": 3, "B": 3}
 

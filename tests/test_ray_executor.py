@@ -22,10 +22,11 @@ import pytest
 
 ray = pytest.importorskip("ray")
 
-from experiments.common.benchmarking import benchmark  # noqa: E402
-from experiments.common.config import plain  # noqa: E402
-from experiments.common.corpus import build_corpus  # noqa: E402
-from experiments.common.distributed.cluster import KILL_ONCE_ENV  # noqa: E402
+from mage_gym.bench.benchmark import benchmark  # noqa: E402
+from policies import REGISTRY  # noqa: E402
+from mage_gym.bench.config import plain  # noqa: E402
+from mage_gym.bench.corpus import build_corpus  # noqa: E402
+from mage_gym.bench.distributed.cluster import KILL_ONCE_ENV  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 STORE = 100 * 1024 * 1024  # Ray's minimum object store is 75 MiB
@@ -44,7 +45,7 @@ def cluster():
     ray.init(address=c.address, include_dashboard=False, log_to_driver=False)
     c.wait_for_nodes()
     yield c
-    from experiments.common.distributed.episodes import release_actors
+    from mage_gym.bench.distributed.episodes import release_actors
 
     release_actors()
     ray.shutdown()
@@ -132,7 +133,7 @@ def long_local_hashes(long_pdf) -> dict[str, str]:
     import multiprocessing as mp
     from concurrent.futures import ProcessPoolExecutor
 
-    from experiments.common.corpus import graph_hash
+    from mage_gym.bench.graph_jobs import graph_hash
     from mage_gym.graph.build import build_graph
     from mage_gym.graph.workers import init_worker
 
@@ -153,7 +154,7 @@ CHUNKED = {**RAY, "chunk_pages": 5}
 
 def spy_chunk_calls(monkeypatch) -> list[tuple[str, object]]:
     """Every call the driver sends to Ray through RayChunks: (function name, page range or None)."""
-    import experiments.common.distributed.build as B
+    import mage_gym.bench.distributed.build as B
 
     calls: list[tuple[str, object]] = []
     submit = B.RayChunks.submit
@@ -215,7 +216,7 @@ def test_a_build_task_never_trusts_a_partial_cache_entry(cluster, corpus, local_
 
     import numpy as np
 
-    import experiments.common.corpus as corpus_mod
+    import mage_gym.bench.corpus as corpus_mod
     from mage_gym.graph.store import MANIFEST
 
     files = pdfs(corpus)
@@ -281,7 +282,7 @@ def bench_cfg(corpus) -> dict:
 @pytest.fixture(scope="module")
 def local_bench(bench_cfg, tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bench_local")
-    benchmark(bench_cfg, out)
+    benchmark(bench_cfg, out, registry=REGISTRY)
     return out
 
 
@@ -289,7 +290,7 @@ def test_benchmark_on_ray_actors_equals_local(cluster, bench_cfg, local_bench, t
     assert bench_cfg["executor"] == {"name": "local"}  # the default stays local
     local = rows(local_bench)
     assert 30 <= len(local) <= 50 and not any(r.get("failed") for r in local)
-    res = benchmark({**bench_cfg, "executor": RAY}, tmp_path)
+    res = benchmark({**bench_cfg, "executor": RAY}, tmp_path, registry=REGISTRY)
     assert rows(tmp_path) == local
     assert traces(tmp_path) == traces(local_bench) and traces(local_bench)
     local_runs = json.loads((local_bench / "results.json").read_text())["runs"]
@@ -305,7 +306,7 @@ def test_actor_killed_mid_episode_loses_and_duplicates_nothing(cluster, bench_cf
     victim = local[len(local) // 2]["episode_id"]
     marker = tmp_path / "killed"
     monkeypatch.setenv(KILL_ONCE_ENV, f"{victim}:{marker}")
-    benchmark({**bench_cfg, "policies": ["topk_page"], "executor": RAY}, tmp_path / "out")
+    benchmark({**bench_cfg, "policies": ["topk_page"], "executor": RAY}, tmp_path / "out", registry=REGISTRY)
     assert marker.exists(), "the fault hook never fired: the test would prove nothing"
     assert rows(tmp_path / "out") == local  # every episode once, the killed one replayed by the restarted actor
 
@@ -388,13 +389,13 @@ def test_episode_actors_spread_requests_over_servers_with_a_limit_per_server(clu
                   f"policy.llm_evaluator.backend.model={a.MODEL}", f"+policy.llm_evaluator.backend.base_url={a.url}",
                   "+policy.llm_evaluator.backend.vision=false", "policy.llm_evaluator.cache=false",
                   "policy.llm_evaluator.limit=10")
-    benchmark(cfg, tmp_path / "local")  # one process, every request to the first server
+    benchmark(cfg, tmp_path / "local", registry=REGISTRY)  # one process, every request to the first server
     local_requests = a.requests
     assert local_requests >= 20 and b.requests == 0
     a.requests = a.peak = 0
     # four actors on two servers, one request in flight per server: actors 0 and 2 share server a, 1 and 3 server b
     on_ray = {**RAY, "cpus_per_task": 0.5, "actors": 4, "servers": [a.url, b.url], "server_concurrency": 1}
-    benchmark({**cfg, "executor": on_ray}, tmp_path / "ray")
+    benchmark({**cfg, "executor": on_ray}, tmp_path / "ray", registry=REGISTRY)
     assert a.requests > 0 and b.requests > 0, "both servers get requests"
     assert a.requests + b.requests == local_requests
     assert a.peak == 1 and b.peak == 1, "the limit holds per server across actors (and nodes)"
@@ -406,7 +407,7 @@ def test_episode_actors_spread_requests_over_servers_with_a_limit_per_server(clu
 
 
 def test_server_slots_free_what_a_dead_process_held(cluster) -> None:
-    from experiments.common.distributed.servers import start_slots
+    from mage_gym.bench.distributed.servers import start_slots
 
     slots = start_slots(ray, ["http://s1/v1"], 1)
     try:
@@ -429,7 +430,7 @@ def test_server_slots_free_what_a_dead_process_held(cluster) -> None:
 def test_graph_hash_changes_with_the_vectors_and_edges() -> None:
     import dataclasses
 
-    from experiments.common.corpus import graph_hash
+    from mage_gym.bench.graph_jobs import graph_hash
     from mage_gym.testing import make_toy_graph
 
     g = make_toy_graph(n_pages=3, elements_per_page=2, dim=8, seed=0)
@@ -445,7 +446,7 @@ def test_executor_configs_compose_and_match_the_code() -> None:
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
-    from experiments.common.distributed.cluster import RAY_DEFAULTS, ray_options
+    from mage_gym.bench.distributed.cluster import RAY_DEFAULTS, ray_options
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
         local = plain(hydra_compose(config_name="build_graphs"))["executor"]
@@ -464,8 +465,8 @@ def test_default_build_never_imports_ray(corpus, tmp_path) -> None:
     code = f"""
 import sys
 from hydra import compose, initialize_config_dir
-from experiments.common.config import plain
-from experiments.common.corpus import build_corpus
+from mage_gym.bench.config import plain
+from mage_gym.bench.corpus import build_corpus
 with initialize_config_dir(config_dir={str(REPO / 'conf')!r}, version_base=None):
     cfg = plain(compose(config_name="build_graphs", overrides=["parser=fast", "workers=1"]))
 cfg.pop("hydra", None)
@@ -480,8 +481,8 @@ print("ok")
 
 
 def test_a_worker_with_other_builder_code_is_refused(cluster, corpus, tmp_path) -> None:
-    import experiments.common.distributed.build as B
-    from experiments.common.distributed.episodes import release_actors
+    import mage_gym.bench.distributed.build as B
+    from mage_gym.bench.distributed.episodes import release_actors
 
     release_actors()  # pooled episode actors of earlier tests hold the CPUs
     ref = ray.remote(B._build_task).remote(pdfs(corpus)[0], {}, {}, 1, "not-a-version")

@@ -20,7 +20,7 @@ import pytest
 
 import mage_gym  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import Op, encode_action
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.readers import get_reader
 from mage_gym.readers.cache import CachedReader
 from tiny_models import build_tiny_causal

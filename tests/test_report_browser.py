@@ -25,11 +25,12 @@ from pathlib import Path
 import pytest
 
 from mage_gym.data.episode import Episode
-from mage_gym.env import Budget, make_env
-from mage_gym.report import trace_path
+from mage_gym import make_env
+from mage_gym.env import Budget
+from mage_gym.bench.results import trace_path
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = Path(os.environ.get("MAGE_GYM_DATA", REPO.parent / "shared" / "data"))

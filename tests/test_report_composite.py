@@ -17,15 +17,16 @@ import pytest
 from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
 from mage_gym.data.episode import Episode
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import EnvEpisode
 from mage_gym.graph.union import union_graph
 from mage_gym.readers.base import ReaderOutput, RenderedInput
-from mage_gym.report import build_report_data, read_trace_file, states_at, trace_path, write_report
+from mage_gym.bench.results import trace_path
+from mage_gym.report import build_report_data, read_trace_file, states_at, write_report
 from mage_gym.testing import make_toy_graph
 from mage_gym.wrappers import TraceRecording
 from policies import get_policy
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 QF = hash_query_fn(16)
 EPP = 5  # elements per toy page

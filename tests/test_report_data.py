@@ -15,12 +15,13 @@ import pytest
 
 from mage_gym.data.episode import Episode
 from mage_gym.env import Budget, EnvEpisode, MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, make_large_graph
+from mage_gym.testing import hash_query_fn, make_large_graph
 from mage_gym.readers.base import ReaderOutput, RenderedInput
 from mage_gym.report import (
     ImageOptions, RunDirError, TraceEpisode, TraceFormatError, build_report_data, read_trace_file, replay_states,
-    report_data_from_run_dir, split_episodes, states_at, trace_path, write_report,
+    report_data_from_run_dir, split_episodes, states_at, write_report,
 )
+from mage_gym.bench.results import trace_path
 from mage_gym.report.data import outcome_counts, slug
 from mage_gym.report.images import ImageWriter
 from mage_gym.report.run_dir import discover, read_traces
@@ -28,7 +29,7 @@ from mage_gym.trace import TraceRecorder
 from mage_gym.wrappers import TraceRecording
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 EPP = 6  # elements per page
 
@@ -281,7 +282,7 @@ def test_image_writer_renders_real_pdf_pages_downscaled(tmp_path):
     import pymupdf
 
     from mage_gym.graph.schema import DocumentSource
-    from mage_gym.report.data import DocView
+    from mage_gym.report.records import DocView
     from mage_gym.testing import make_toy_graph
     from PIL import Image
 

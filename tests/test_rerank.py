@@ -4,9 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.common.rerank_data import RerankQuestion, recall_at, reranked_order
+from mage_gym.bench.rerank_data import RerankQuestion, recall_at, reranked_order
 from mage_gym.env import MageRAGEnv
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
+from mage_gym.env.graph_index import build_graph_index
 from mage_gym.env.relevance import relevance_columns, search_page_scores
 from mage_gym.retrieval import Query, get_retriever
 from mage_gym.retrieval.hybrid import HybridRetriever
@@ -102,11 +103,11 @@ def test_searches_use_the_first_stage_unless_asked() -> None:
     q = Query("risk table", QF("risk table").vector)
     r = _reranker(depth=5)
     assert r.search_retriever is r.first_stage
-    search_page_scores(g, r, q)
+    search_page_scores(build_graph_index(g), r, q)
     assert r.scorer.calls == 0, "a SearchEvidence costs no cross-encoder pass"
     s = _reranker(depth=5, rerank_searches=True)
     assert s.search_retriever is s
-    search_page_scores(g, s, q)
+    search_page_scores(build_graph_index(g), s, q)
     assert s.scorer.calls == 1
 
 

@@ -59,7 +59,7 @@ def test_hybrid_rerank_reorders_real_entry_pages_with_the_shipped_adapter(data_r
 def test_topk_elements_sends_element_crops_never_page_images_of_a_real_pdf(data_root) -> None:
     from mage_gym.env import MageRAGEnv
     from policies import get_policy
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     episodes = _episodes(data_root, 1)
     env = MageRAGEnv(episodes=episodes, parser="fast", graph_kwargs={"max_pages": 10}, K=32,

@@ -8,7 +8,7 @@ from mage_gym import reward as R
 from mage_gym.coverage import cover
 from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import MageRAGEnv, Op, encode_action
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.readers.base import ReaderOutput
 from mage_gym.render import render
 from mage_gym.testing import make_toy_graph

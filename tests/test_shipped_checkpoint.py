@@ -6,10 +6,11 @@ from pathlib import Path
 import gymnasium as gym
 
 import mage_gym  # noqa: F401 - registers MageRAG-v0
-from experiments.common.policy_options import checkpoint_of
+from mage_gym.bench.policy_options import checkpoint_of
+from policies import REGISTRY
 from policies import get_policy
 from policies.ppo import SHIPPED_CHECKPOINT, read_meta
-from policies.runner import run_episode
+from mage_gym.bench.play import run_episode
 
 
 def test_the_shipped_checkpoint_is_packaged_and_agrees_with_the_code() -> None:
@@ -23,7 +24,7 @@ def test_the_shipped_checkpoint_is_packaged_and_agrees_with_the_code() -> None:
 
     assert list(meta["relevance_columns"]) == list(default_relevance_columns())  # what the default env shows
     assert (SHIPPED_CHECKPOINT.parent / "README.md").is_file()  # how it was trained, on what
-    assert checkpoint_of("ppo", {"checkpoint": None})["path"] == str(SHIPPED_CHECKPOINT)
+    assert checkpoint_of("ppo", {"checkpoint": None}, REGISTRY)["path"] == str(SHIPPED_CHECKPOINT)
 
 
 def test_ppo_without_a_checkpoint_runs_on_a_tiny_synthetic_corpus(tmp_path: Path) -> None:

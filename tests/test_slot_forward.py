@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import mage_gym.env  # noqa: F401 - registers MageRAG-v0
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import toy_quote_pairs
 
 torch = pytest.importorskip("torch")

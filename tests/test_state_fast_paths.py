@@ -12,7 +12,7 @@ import pytest
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode, MageRAGEnv
 from mage_gym.env import candidates as C
-from mage_gym.env._synthetic import hash_query_fn, make_large_graph
+from mage_gym.testing import hash_query_fn, make_large_graph
 from mage_gym.env.actions import action_mask, check_operation, decode_action
 from mage_gym.env.observation import question_features
 from mage_gym.env.search import _node_search
@@ -129,7 +129,7 @@ def test_slot_search_is_cached_per_relevance_and_node() -> None:
     query, scores = env.retrieval.search(gi, rel, node, None, False)
     assert query is first.query
     got = scores()
-    assert got is scores() and np.array_equal(got, search_page_scores(gi.graph, retriever, query))
+    assert got is scores() and np.array_equal(got, search_page_scores(gi, retriever, query))
     other = env.retrieval.relevance(gi.graph, "a different question entirely")
     assert _node_search(retriever, gi, other, node) is not first
 

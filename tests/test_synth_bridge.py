@@ -64,7 +64,7 @@ def layouts(corpus: Path) -> dict[str, dict]:
 @pytest.fixture(scope="module")
 def checked(corpus: Path):  # noqa: ANN201
     """(per-question results, summary) of the bridge check on fast-parser graphs."""
-    from mage_gym.data.synth.bridge_check import check_bridges
+    from mage_gym.bench.bridge_check import check_bridges
 
     return check_bridges(corpus, parser="fast", k=K)
 
@@ -230,7 +230,7 @@ def navigation(bridges: list[Episode], checked):  # noqa: ANN001, ANN201 - graph
     from mage_gym.env import MageRAGEnv
     from mage_gym.graph.build import build_graph
     from policies import get_policy
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     graphs = {ep.doc_id: build_graph(ep.source, parser="fast", progress=False) for ep in bridges}
     env = MageRAGEnv(episodes=[(ep, graphs[ep.doc_id]) for ep in bridges], privileged=True, budget={"k": K})

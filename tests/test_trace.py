@@ -6,7 +6,7 @@ import json
 import numpy as np
 
 from mage_gym.env import MageRAGEnv, RoundDecision
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.trace import TraceRecorder, load_traces, replay
 
 QF = hash_query_fn(16)

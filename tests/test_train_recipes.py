@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from experiments.common.config import ConfigError, plain
-from experiments.common.results import validate_results
-from experiments.common.training import n_envs_of, train
+from mage_gym.bench.config import ConfigError, plain
+from mage_gym.bench.results import validate_results
+from policies.training.recipe import n_envs_of, train
 from mage_gym.data.episode import Episode
 from mage_gym.env import EnvEpisode
-from mage_gym.env._synthetic import hash_query_fn
+from mage_gym.testing import hash_query_fn
 from mage_gym.testing import make_toy_graph
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -47,7 +47,7 @@ def cfg_for(algo: str, **train: object) -> dict:
                          "total_timesteps": 128, "n_envs": 1, **train})
     cfg["train"]["dagger"].update(rounds=2, episodes_per_round=4, updates=20, batch_size=32, patience=2)
     cfg["train"]["bc"].update(enabled=False)
-    cfg["policy"]["ppo"]["train"]["hparams"].update(n_steps=64, batch_size=32, n_epochs=1)
+    cfg["train"]["ppo"]["hparams"].update(n_steps=64, batch_size=32, n_epochs=1)
     cfg["torch_threads"] = 1
     return cfg
 

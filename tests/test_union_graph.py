@@ -136,7 +136,7 @@ def test_knn_pairs_groups_keep_only_cross_group_pairs_and_default_is_unchanged()
 
 
 def test_remap_gold_points_at_the_same_nodes_and_merge_combines(corpus, members, union):
-    from mage_gym.data.gold import resolve_gold
+    from mage_gym.data.gold import merge_gold, remap_gold, resolve_gold
     from mage_gym.data.synth import load_synth
 
     episodes = [ep for ep in load_synth(corpus) if ep.answerable]
@@ -145,17 +145,17 @@ def test_remap_gold_points_at_the_same_nodes_and_merge_combines(corpus, members,
         ep = next(e for e in episodes if e.doc_id == g.doc_id and e.evidence_regions)
         gold = resolve_gold(ep, g)
         assert gold.items
-        mapped = union.remap_gold(g.doc_id, gold)
-        assert union.remap_gold(doc_index, gold).items == mapped.items  # by index or by id
+        mapped = remap_gold(union, g.doc_id, gold)
+        assert remap_gold(union, doc_index, gold).items == mapped.items  # by index or by id
         assert [union.node_ids[i] for i in mapped.gold_nodes] == [g.node_ids[i] for i in gold.gold_nodes]
         assert mapped.pages == tuple(union.union_page(g.doc_id, p) for p in gold.pages)
         assert mapped.level == gold.level and len(mapped.items) == len(gold.items)
         golds.append(mapped)
-    merged = union.merge_gold(golds)
+    merged = merge_gold(golds)
     assert len(merged.items) == sum(len(x.items) for x in golds)
     assert set(merged.pages) == set(golds[0].pages) | set(golds[1].pages)
     assert set(np.unique(union.doc_of_node[merged.gold_nodes]).tolist()) == {0, 1}
-    assert not union.remap_gold(0, resolve_gold(Episode(
+    assert not remap_gold(union, 0, resolve_gold(Episode(
         episode_id="u", benchmark="synth", doc_id=members[0].doc_id, source="x", question="q", answer="",
         answer_format="None", answerable=False), members[0])).items
 
@@ -249,7 +249,7 @@ def test_one_document_union_renders_byte_identically():
 
 def test_one_document_union_text_view_is_byte_identical():
     from mage_gym.env import EnvEpisode, MageRAGEnv
-    from mage_gym.env._synthetic import hash_query_fn
+    from mage_gym.testing import hash_query_fn
 
     g = make_toy_graph(n_pages=4, elements_per_page=4, dim=16)
     ep = Episode(episode_id="x", benchmark="synth", doc_id="toy", source="<toy>", question="revenue growth",
@@ -266,7 +266,7 @@ def test_union_render_and_text_view_name_documents_and_local_pages():
     import xml.etree.ElementTree as ET
 
     from mage_gym.env import EnvEpisode, MageRAGEnv
-    from mage_gym.env._synthetic import hash_query_fn
+    from mage_gym.testing import hash_query_fn
 
     a, b = make_toy_graph(doc_id="A", n_pages=3, dim=16), make_toy_graph(doc_id="B", n_pages=3, dim=16, seed=4)
     u = build_union([a, b])

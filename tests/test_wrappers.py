@@ -11,13 +11,15 @@ import pytest
 
 import mage_gym  # noqa: F401 - registers MageRAG-v0
 from mage_gym.env import OBSERVATION_KEYS, MageRAGEnv, PrivilegedAccessError, RoundDecision
-from mage_gym.env._synthetic import hash_query_fn, toy_episodes
+from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.env.episodes import SealedEpisodes
 from mage_gym.trace import TRACE_FORMAT, load_traces, replay
 from mage_gym.wrappers import PotentialShaping, TextViewInfo, TraceRecording
 
 QF = hash_query_fn(16)
 OLD_TRACE = Path(__file__).parent / "data" / "trace_before_wrappers.jsonl"
+#: the reward weights the old trace was recorded with (the class default of lambda_cost was 0.1 then)
+OLD_REWARD = {"lambda_cost": 0.1}
 
 
 def base(**kw) -> MageRAGEnv:
@@ -49,7 +51,7 @@ def play_like_the_old_fixture(env) -> None:
 
 def test_trace_wrapper_writes_the_same_records_as_before_plus_a_format_field(tmp_path):
     path = tmp_path / "t.jsonl"
-    env = TraceRecording(base(budget={"k": 2}), path)
+    env = TraceRecording(base(budget={"k": 2}, reward=OLD_REWARD), path)
     play_like_the_old_fixture(env)
     new = [json.loads(x) for x in path.read_text().splitlines()]
     old = [json.loads(x) for x in OLD_TRACE.read_text().splitlines()]
@@ -69,7 +71,7 @@ def test_old_traces_replay_and_feed_the_report():
     episodes = load_traces(OLD_TRACE)
     assert len(episodes) == 2 and all("trace_format" not in e[0] for e in episodes)
     for records in episodes:
-        env = replay(records, base(budget={"k": 2}))
+        env = replay(records, base(budget={"k": 2}, reward=OLD_REWARD))
         names = ("unvisited", "activated", "opened", "pruned")
         got = {env.graph.node_ids[i]: names[int(s)] for i, s in enumerate(env.state.node_state) if s}
         assert got == records[-1]["final_states"]
@@ -82,7 +84,7 @@ def test_old_traces_replay_and_feed_the_report():
 def test_trace_wrapper_through_gym_make_and_the_runner_records_llm_rounds(tmp_path):
     from policies import get_policy
     from policies.llm_evaluator import CallableBackend
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     reply = '<agent_decision><selected_actions><action index="1"/></selected_actions></agent_decision>'
     policy = get_policy("llm_evaluator", backend=CallableBackend(lambda system, user: reply), cache=False)
@@ -133,8 +135,8 @@ def test_shaping_needs_a_privileged_env():
         base().privileged_view()
     with pytest.raises(TypeError, match="wrapper"):
         base(text_view_in_info=True)
-    with pytest.raises(ValueError, match="wrapper"):
-        base(reward={"shaping": True})
+    with pytest.raises(TypeError, match="PotentialShaping"):
+        base(reward={"shaping": True})  # shaping is the wrapper alone: no reward setting turns it on
 
 
 def test_shaping_pays_the_potential_difference_per_move_and_telescopes():
@@ -166,10 +168,11 @@ def test_shaping_pays_the_potential_difference_per_move_and_telescopes():
     assert total == pytest.approx(info["reward_components"]["reward"] - phi0)
 
 
-def test_legacy_reward_shaping_keyword_still_builds_a_shaped_privileged_env():
-    with pytest.warns(DeprecationWarning, match="make_training_env"):
-        env = gym.make("MageRAG-v0", episodes=toy_episodes(), query_fn=QF, K=8,
-                       reward={"shaping": True, "shaping_gamma": 0.9})
+def test_shaping_is_the_wrapper_keyword_alone():
+    with pytest.raises(TypeError, match="unknown reward setting"):
+        gym.make("MageRAG-v0", episodes=toy_episodes(), query_fn=QF, K=8, reward={"shaping": True})
+    env = gym.make("MageRAG-v0", episodes=toy_episodes(), query_fn=QF, K=8, privileged=True,
+                   shaping={"gamma": 0.9})
     assert env.get_wrapper_attr("privileged") and env.get_wrapper_attr("gamma") == 0.9
     shaped = mage_gym.make_training_env(toy_episodes(), privileged=True, shaping=True, query_fn=QF, K=8)
     chain, e = [], shaped

@@ -34,6 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from mage_gym.bench.headroom_sources import page_order_in_window
+
 ANY = "any"
 #: Slot-reach search caps. ``width``: second activations are tried on the first ``width`` slots of each
 #: one-step state (None: all K; the slots are in the env's order: working set, then frontier by relevance).
@@ -95,14 +97,6 @@ def neighbourhood_pages(graph: Any, entry_pages: Sequence[int], kinds: Sequence[
     return pages_by_hop(graph, entry_pages, kinds, hops)[-1]
 
 
-def page_order_in_window(order: Sequence[int], window: tuple[int, int] | None) -> list[int]:
-    """The retriever's page order restricted to the episode's page window (LongDocURL), as the env does."""
-    if window is None:
-        return [int(p) for p in order]
-    lo, hi = int(window[0]), int(window[1])
-    return [int(p) for p in order if lo <= int(p) <= hi]
-
-
 def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequence[str],
                     window: tuple[int, int] | None = None,
                     multiples: Sequence[int] = (1, 2, 3), slot_search: bool = True,
@@ -161,7 +155,7 @@ def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequenc
 def run_oracle(env: Any, episode_id: str, seed: int) -> dict[str, Any]:
     """The oracle's page recall, pages and tokens on one episode (privileged env)."""
     from policies.oracle import OraclePolicy
-    from policies.runner import run_episode
+    from mage_gym.bench.play import run_episode
 
     policy = OraclePolicy(env)
     r = run_episode(env, policy, episode_id, seed=seed)

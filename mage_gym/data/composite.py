@@ -23,8 +23,8 @@ Everything but the questions and the document list is gold, as in ``Episode``.
 """
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any, Union
+from dataclasses import dataclass, field, replace
+from typing import Union
 
 from mage_gym.data.episode import Episode
 
@@ -202,34 +202,4 @@ def episode_kind(ep: AnyEpisode) -> str:
     return ep.kind if isinstance(ep, CompositeEpisode) else "single"
 
 
-# --- JSON ---------------------------------------------------------------------------
-
-
-def composite_to_dict(ep: CompositeEpisode) -> dict[str, Any]:
-    from mage_gym.data.io import episode_to_dict
-
-    return {
-        "episode_id": ep.episode_id, "benchmark": ep.benchmark,
-        "documents": [asdict(d) for d in ep.documents],
-        "turns": [{"question": t.question, "answer": t.answer, "answer_format": t.answer_format,
-                   "answerable": t.answerable, "task_tags": list(t.task_tags),
-                   "evidence": [episode_to_dict(e) for e in t.evidence]} for t in ep.turns],
-        "group": ep.group, "split": ep.split, "flags": list(ep.flags), "extra": dict(ep.extra),
-    }
-
-
-def composite_from_dict(d: dict[str, Any]) -> CompositeEpisode:
-    from mage_gym.data.io import episode_from_dict
-
-    turns = tuple(Turn(question=t["question"], answer=t["answer"], answer_format=t.get("answer_format", "Str"),
-                       answerable=bool(t.get("answerable", True)), task_tags=tuple(t.get("task_tags", ())),
-                       evidence=tuple(episode_from_dict(e) for e in t.get("evidence", ())))
-                  for t in d["turns"])
-    return CompositeEpisode(episode_id=d["episode_id"], benchmark=d["benchmark"],
-                            documents=tuple(DocumentRef(x["doc_id"], x["source"]) for x in d["documents"]),
-                            turns=turns, group=d.get("group", ""), split=d.get("split", "train"),
-                            flags=tuple(d.get("flags", ())), extra=dict(d.get("extra") or {}))
-
-
-__all__ = ["KINDS", "DocumentRef", "Turn", "CompositeEpisode", "AnyEpisode", "episode_sources", "episode_kind",
-           "composite_to_dict", "composite_from_dict"]
+__all__ = ["KINDS", "DocumentRef", "Turn", "CompositeEpisode", "AnyEpisode", "episode_sources", "episode_kind"]

@@ -38,7 +38,7 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import numpy as np
 
@@ -48,6 +48,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from mage_gym.data.episode import Episode, Region
     from mage_gym.graph.graph import EvidenceGraph
     from mage_gym.graph.schema import Element
+    from mage_gym.graph.union import UnionGraph
 
 
 @dataclass(frozen=True)
@@ -278,4 +279,27 @@ def resolve_gold(episode: "Episode", graph: "EvidenceGraph") -> GoldEvidence:
     return resolve_gold_detailed(episode, graph)[0]
 
 
-__all__ = ["GoldEvidence", "GoldStats", "assemble_gold", "resolve_gold", "resolve_gold_detailed"]
+
+
+def remap_gold(union: "UnionGraph", doc: int | str, gold: GoldEvidence) -> GoldEvidence:
+    """A document's gold, resolved on its own graph, moved onto the union's node indices and page numbers."""
+    if not gold.items:
+        return GoldEvidence()
+    d = union.span(doc)
+    nmap = union.node_map(doc)
+    n_member = d.n_pages + d.n_elements
+    items = []
+    for nodes, page, is_page in zip(gold.items, gold.item_pages, gold.item_is_page):
+        if any(not 0 <= int(v) < n_member for v in nodes):
+            raise ValueError(f"gold node out of range for {d.doc_id!r} ({n_member} nodes): {nodes}")
+        items.append((tuple(int(nmap[v]) for v in nodes), d.page_offset + int(page), bool(is_page)))
+    return assemble_gold(items)
+
+
+def merge_gold(golds: Sequence[GoldEvidence]) -> GoldEvidence:
+    """One gold from several golds on the same graph (e.g. each document's, from :func:`remap_gold`)."""
+    return assemble_gold((nodes, page, is_page) for g in golds
+                         for nodes, page, is_page in zip(g.items, g.item_pages, g.item_is_page))
+
+
+__all__ = ["GoldEvidence", "GoldStats", "assemble_gold", "resolve_gold", "resolve_gold_detailed", "remap_gold", "merge_gold"]

@@ -16,6 +16,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any, Iterator
 
+from mage_gym.data.composite import CompositeEpisode, DocumentRef, Turn
 from mage_gym.data.episode import Episode, Region
 
 
@@ -183,18 +184,38 @@ def episode_from_dict(d: dict[str, Any]) -> Episode:
     return Episode(**kw)
 
 
+def composite_to_dict(ep: CompositeEpisode) -> dict[str, Any]:
+    """A :class:`~mage_gym.data.composite.CompositeEpisode` as a JSON object (its turns' evidence as episodes)."""
+    return {
+        "episode_id": ep.episode_id, "benchmark": ep.benchmark,
+        "documents": [asdict(d) for d in ep.documents],
+        "turns": [{"question": t.question, "answer": t.answer, "answer_format": t.answer_format,
+                   "answerable": t.answerable, "task_tags": list(t.task_tags),
+                   "evidence": [episode_to_dict(e) for e in t.evidence]} for t in ep.turns],
+        "group": ep.group, "split": ep.split, "flags": list(ep.flags), "extra": dict(ep.extra),
+    }
+
+
+def composite_from_dict(d: dict[str, Any]) -> CompositeEpisode:
+    """The inverse of :func:`composite_to_dict`."""
+    turns = tuple(Turn(question=t["question"], answer=t["answer"], answer_format=t.get("answer_format", "Str"),
+                       answerable=bool(t.get("answerable", True)), task_tags=tuple(t.get("task_tags", ())),
+                       evidence=tuple(episode_from_dict(e) for e in t.get("evidence", ())))
+                  for t in d["turns"])
+    return CompositeEpisode(episode_id=d["episode_id"], benchmark=d["benchmark"],
+                            documents=tuple(DocumentRef(x["doc_id"], x["source"]) for x in d["documents"]),
+                            turns=turns, group=d.get("group", ""), split=d.get("split", "train"),
+                            flags=tuple(d.get("flags", ())), extra=dict(d.get("extra") or {}))
+
+
 def any_episode_to_dict(ep: Any) -> dict[str, Any]:
     """An Episode or a :class:`~mage_gym.data.composite.CompositeEpisode` as a JSON object."""
-    from mage_gym.data.composite import CompositeEpisode, composite_to_dict
-
     return composite_to_dict(ep) if isinstance(ep, CompositeEpisode) else episode_to_dict(ep)
 
 
 def any_episode_from_dict(d: dict[str, Any]) -> Any:
     """The inverse of :func:`any_episode_to_dict` (composite records are the ones with ``turns``)."""
     if "turns" in d:
-        from mage_gym.data.composite import composite_from_dict
-
         return composite_from_dict(d)
     return episode_from_dict(d)
 
@@ -222,7 +243,6 @@ def load_episodes(path: str | os.PathLike[str]) -> list[Any]:
 
 __all__ = [
     "DatasetError", "DatasetNotFoundError", "read_json", "iter_jsonl", "parse_literal_list", "parse_int_list",
-    "answer_text", "pdf_page_count", "data_root", "episode_to_dict", "episode_from_dict", "any_episode_to_dict",
-    "any_episode_from_dict", "save_episodes",
-    "load_episodes",
+    "answer_text", "pdf_page_count", "data_root", "episode_to_dict", "episode_from_dict", "composite_to_dict",
+    "composite_from_dict", "any_episode_to_dict", "any_episode_from_dict", "save_episodes", "load_episodes",
 ]

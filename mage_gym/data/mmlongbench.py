@@ -32,7 +32,7 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-from tqdm import tqdm
+from mage_gym.progress import progress_bar
 
 from mage_gym.data.episode import FLAG_BAD_FIELD, FLAG_EMPTY_EVIDENCE, FLAG_REGION_UNMATCHED, Episode, Region
 from mage_gym.data.io import (
@@ -184,7 +184,7 @@ def load_mmlongbench(root: str | Path | None = None, use_mmdocir: bool = True,
     page_counts: dict[str, int | str] = {}  # doc name -> pages, or the reason it is unusable
     seen_ids: set[str] = set()
     episodes: list[Episode] = []
-    for i, rec in enumerate(tqdm(records, desc="mmlongbench", disable=not progress)):
+    for i, rec in enumerate(progress_bar(records, desc="mmlongbench", disable=not progress)):
         if not isinstance(rec, dict) or not isinstance(rec.get("doc_id"), str) or not isinstance(
                 rec.get("question"), str):
             report.skip("bad_record", message=f"record {i} lacks a string doc_id/question")

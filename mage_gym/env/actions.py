@@ -27,13 +27,13 @@ LLM policy's round is submitted.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from enum import IntEnum
 from typing import Callable, ClassVar
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.env.state import ACTIVATED, OPENED, PRUNED, UNVISITED, EvidenceState
 
 
@@ -281,9 +281,11 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
     return res
 
 
-_SEARCH_ORDERS: "OrderedDict[int, tuple[np.ndarray, np.ndarray]]" = OrderedDict()
-#: Why this many: a random or learned policy searches from hundreds to thousands of distinct slot nodes per
-#: question, and a miss re-sorts every page. Bounded by stored page indices (16 MB), at least 256 orders.
+#: The stable order of all pages by score, per scores array (held weakly). Why this many: a random or learned
+#: policy searches from hundreds to thousands of distinct slot nodes per question, and a miss re-sorts every
+#: page. Bounded by stored page indices (16 MB), at least 256 orders: the bound follows the page count of the
+#: document searched.
+_SEARCH_ORDERS: Cache[np.ndarray] = Cache("env.search_orders", 256)
 _MAX_SEARCH_ORDER_PAGES = 2_000_000
 
 
@@ -300,16 +302,8 @@ def _best_unvisited_pages(state: EvidenceState, scores: np.ndarray, budget: int)
     if len(scores) != gi.n_pages:  # not one score per page: sort the unvisited pages directly
         pages = (st[: gi.n_pages] == UNVISITED).nonzero()[0]
         return pages[np.argsort(-scores[pages], kind="stable")[: min(budget, len(pages))]]
-    key = id(scores)
-    hit = _SEARCH_ORDERS.get(key)
-    if hit is not None and hit[0] is scores:
-        _SEARCH_ORDERS.move_to_end(key)
-        order = hit[1]
-    else:
-        order = np.argsort(-scores, kind="stable")
-        _SEARCH_ORDERS[key] = (scores, order)  # holds the array, so its id cannot be reused while cached
-        while len(_SEARCH_ORDERS) > max(256, _MAX_SEARCH_ORDER_PAGES // max(1, len(scores))):
-            _SEARCH_ORDERS.popitem(last=False)
+    _SEARCH_ORDERS.max_entries = max(256, _MAX_SEARCH_ORDER_PAGES // max(1, len(scores)))
+    order = _SEARCH_ORDERS.get(scores, None, lambda: np.argsort(-scores, kind="stable"))
     head = order[:_SEARCH_HEAD]  # usually enough: the best pages not yet visited, without filtering all pages
     ranked = head[st[head] == UNVISITED]
     if len(ranked) < budget and len(order) > _SEARCH_HEAD:

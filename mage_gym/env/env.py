@@ -29,10 +29,9 @@ import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
 
-from mage_gym import reward as R
 from mage_gym.env.actions import OP_BY_NAME, OP_NAMES, ActionLayout, Op, OpResult, action_mask, apply_operation
-from mage_gym.env.budget import Budget
 from mage_gym.env.candidates import fill_slots
+from mage_gym.env.config import EnvConfig
 from mage_gym.env.episodes import LoadedEpisode, SealedEpisodes, as_provider, choose_episode_id, provider_max_turns
 from mage_gym.env.graph_index import GraphIndex, graph_index
 from mage_gym.env.initial import activate_entry_pages, initial_state
@@ -50,21 +49,12 @@ from mage_gym.env.turns import (
     Conversation, TurnRecord, aggregate_outcomes, carry_state, reader_question,
 )
 from mage_gym.readers.base import Reader, ReaderOutput, RenderedInput
-from mage_gym.render import RENDER_MODES, RenderConfig, render
+from mage_gym.render import RENDER_MODES, render
 from mage_gym.retrieval.base import Retriever
 
-DEFAULT_K = 64
+DEFAULT_K = EnvConfig.K
 #: Why an episode ended; all but the step cap are terminations, the step cap truncates.
 TRUNCATING_STOP_REASONS = ("step_cap",)
-#: Keywords passed through to the episode provider (graph building) and to the reader/retriever factories.
-SHORTCUT_KEYWORDS = ("parser", "max_graphs", "graph_kwargs", "reader_cfg", "retriever_cfg")
-_MOVED_TO_WRAPPERS = {
-    "trace_path": "mage_gym.wrappers.TraceRecording(env, path) (or gym.make(..., trace_path=path))",
-    "record_trace": "mage_gym.wrappers.TraceRecording(env) (or gym.make(..., record_trace=True))",
-    "text_view_in_info": "mage_gym.wrappers.TextViewInfo(env) (or gym.make(..., text_view_in_info=True))",
-    "shaping": "mage_gym.wrappers.PotentialShaping(env) on an env built with privileged=True "
-               "(or mage_gym.make_training_env(..., shaping=True))",
-}
 
 Observer = Callable[["MageRAGEnv", str, Mapping[str, Any]], None]
 
@@ -114,6 +104,11 @@ class RoundDecision:
         return asdict(self)
 
 
+def _fragment_memo(gi: GraphIndex) -> dict:
+    """The renderer's node-fragment memo for the index's graph (kept on the index: it lives and dies with it)."""
+    return gi.derived("render.fragments", lambda _: {})
+
+
 def effective_render_mode(reader: Any, render_mode: str) -> str:
     """The render mode the env really plays with ``reader``: ``text`` when the reader takes no images.
 
@@ -132,6 +127,22 @@ def reader_render_mode(reader: Any, render_mode: str) -> str:
         warnings.warn(f"reader {getattr(reader, 'name', type(reader).__name__)!r} takes no images: the env renders "
                       "in text mode (activated pages as their text), render_mode='text'", UserWarning, stacklevel=3)
     return mode
+
+
+def _name_and_options(spec: Any, what: str, default: str) -> tuple[Any, dict[str, Any]]:
+    """``(name, options)`` of a reader/retriever given as a name or a mapping ``{name: ..., **options}``;
+    ``(object, {})`` for an object."""
+    if isinstance(spec, str):
+        return spec, {}
+    if isinstance(spec, Mapping):
+        options = {str(k): v for k, v in spec.items()}
+        name = options.pop("name", None) or default
+        if not isinstance(name, str):
+            raise TypeError(f"{what} mapping: 'name' must be a string, got {type(name).__name__}")
+        return name, options
+    if spec is None:
+        raise TypeError(f"{what} must be a name, a mapping {{'name': ..., **options}} or an object, not None")
+    return spec, {}
 
 
 class MageRAGEnv(gym.Env):
@@ -206,71 +217,64 @@ class MageRAGEnv(gym.Env):
 
     ## Arguments
 
+    ``MageRAGEnv(episodes, config=None, *, reader="oracle", retriever="hybrid", query_fn=None,
+    privileged=False, **settings)``
+
     - ``episodes``: pairs ``(Episode, EvidenceGraph)`` / :class:`EnvEpisode`,
-      Episodes (graphs built lazily: ``parser``, ``max_graphs``,
-      ``graph_kwargs`` go to :class:`LazyGraphProvider`), or a provider;
-    - ``budget``: a :class:`Budget` or a mapping with k, m, M, T, B;
-    - ``K``: candidate slots (default 64);
-    - ``render_mode``: ``visual`` (page images) or ``text`` (page text): the
-      reader input; a reader that takes no images always gets ``text``;
-    - ``reward``: a :class:`~mage_gym.reward.RewardConfig` or mapping;
-    - ``reader``: ``"oracle"``, a reader name (options in ``reader_cfg``) or a Reader;
-    - ``retriever``: a name (shared per process; options in ``retriever_cfg``)
-      or a Retriever; ``query_fn``: text -> Query (default MiniLM);
-    - ``final_open_pass``: at the end, open up to the remaining ``B``
-      activated elements by relevance (the reference's behaviour);
-    - ``render_config``: :class:`~mage_gym.render.RenderConfig` or mapping;
-    - ``observation_keys``: the observation's keys (default the numeric ones);
-    - ``privileged``: allow :meth:`privileged_view` (oracle policies, shaping);
-    - ``conversation_cap``: paid activations allowed over a whole conversation
-      (default ``2 * M``; per-turn budgets apply as well);
-    - ``carry_over``: a conversation's next question starts on the working
-      subgraph of the previous one (default); ``False`` starts each question
-      afresh from its entry pages (the baseline carrying over is compared with).
+      Episodes (graphs built lazily with the ``parser``, ``max_graphs`` and
+      ``graph_kwargs`` settings), or a provider;
+    - ``config``: an :class:`~mage_gym.env.config.EnvConfig` or a mapping of
+      its fields (e.g. a Hydra ``env`` node); None: the defaults;
+    - ``settings``: :class:`EnvConfig` fields overriding ``config``: ``K``
+      (slots, default 64), ``budget`` (a :class:`Budget` or mapping; default
+      5/4/24/6/16), ``render_mode`` (``visual`` or ``text``; a reader that
+      takes no images always gets ``text``), ``reward`` (a
+      :class:`~mage_gym.reward.RewardConfig` or mapping), ``render_config``,
+      ``final_open_pass``, ``observation_keys``, ``conversation_cap``,
+      ``carry_over``, ``parser``, ``max_graphs``, ``graph_kwargs``; any other
+      name is a ``TypeError`` listing them. The defaults are the experiments'
+      settings (``conf/env/default.yaml`` and ``conf/budget/default.yaml``
+      repeat them; a test keeps them equal): in particular ``lambda_cost`` is
+      1.0, chosen on training documents (it was 0.1 here before);
+    - ``reader``: ``"oracle"``, a reader name, a mapping ``{"name": ...,
+      **options}`` (:func:`mage_gym.readers.get_reader`) or a Reader;
+    - ``retriever``: a name, a mapping ``{"name": ..., **options}`` (one
+      retriever per name and options per process, so indexes are shared) or
+      a Retriever; ``query_fn``: text -> Query (default MiniLM);
+    - ``privileged``: allow :meth:`privileged_view` (oracle policies, shaping).
 
     Traces, the text view in ``info`` and shaping are wrappers
     (:mod:`mage_gym.wrappers`); ``gym.make("MageRAG-v0", ...)`` applies them
     for the keywords ``trace_path`` / ``record_trace``, ``text_view_in_info``
-    and ``shaping`` (:mod:`mage_gym.env.factory`).
+    and ``shaping`` (:mod:`mage_gym.make`).
     """
 
     metadata = {"render_modes": list(RENDER_MODES), "render_fps": 1}
 
-    def __init__(self, episodes: Any = None, budget: Budget | Mapping[str, int] | None = None, K: int = DEFAULT_K,
-                 render_mode: str = "visual", reward: R.RewardConfig | Mapping[str, Any] | None = None,
-                 reader: str | Reader = "oracle", retriever: str | Retriever = "hybrid",
-                 query_fn: QueryFn | None = None, final_open_pass: bool = False,
-                 render_config: RenderConfig | Mapping[str, Any] | None = None,
-                 observation_keys: Sequence[str] | None = None, privileged: bool = False,
-                 conversation_cap: int | None = None, carry_over: bool = True, **shortcuts: Any) -> None:
+    def __init__(self, episodes: Any = None, config: EnvConfig | Mapping[str, Any] | None = None, *,
+                 reader: str | Mapping[str, Any] | Reader = "oracle",
+                 retriever: str | Mapping[str, Any] | Retriever = "hybrid",
+                 query_fn: QueryFn | None = None, privileged: bool = False, **settings: Any) -> None:
         super().__init__()
-        for key in shortcuts:
-            if key in _MOVED_TO_WRAPPERS:
-                raise TypeError(f"MageRAGEnv({key}=...) is a wrapper now: use {_MOVED_TO_WRAPPERS[key]}")
-            if key not in SHORTCUT_KEYWORDS:
-                raise TypeError(f"MageRAGEnv got an unexpected keyword argument {key!r}")
-        if render_mode not in RENDER_MODES:
-            raise ValueError(f"render_mode must be one of {RENDER_MODES}, got {render_mode!r}")
-        self.layout = ActionLayout(int(K))
+        self.config = cfg = EnvConfig.coerce(config, **settings)
+        self.layout = ActionLayout(cfg.K)
         self.K = self.layout.K
         self._decoded = [self.layout.decode(a) for a in range(self.layout.n)]  # step's decode, as a table
-        self._provider = as_provider(episodes, parser=shortcuts.get("parser", "layout"),
-                                     max_graphs=shortcuts.get("max_graphs", 4),
-                                     graph_kwargs=shortcuts.get("graph_kwargs"))
-        self.budget = Budget.coerce(budget)
-        self.render_mode = render_mode
-        self.reward_config = R.RewardConfig.coerce(reward)
-        if self.reward_config.shaping:
-            raise ValueError(f"reward shaping is a wrapper now: use {_MOVED_TO_WRAPPERS['shaping']}")
-        self.render_config = RenderConfig.coerce(render_config)
-        self.reader = self._make_reader(reader, shortcuts.get("reader_cfg"))
-        self.render_mode = reader_render_mode(self.reader, render_mode)
-        self.retrieval = EnvRetrieval(retriever, shortcuts.get("retriever_cfg"), query_fn)
-        self.final_open_pass = bool(final_open_pass)
+        self._provider = as_provider(episodes, parser=cfg.parser, max_graphs=cfg.max_graphs,
+                                     graph_kwargs=cfg.graph_kwargs)
+        self.budget = cfg.budget
+        self.reward_config = cfg.reward
+        self.render_config = cfg.render_config
+        self.reader = self._make_reader(reader)
+        self.render_mode = reader_render_mode(self.reader, cfg.render_mode)
+        retriever_name, retriever_options = _name_and_options(retriever, "retriever", "hybrid")
+        self.retrieval = EnvRetrieval(retriever_name, retriever_options, query_fn)
+        self.final_open_pass = cfg.final_open_pass
         self.privileged = bool(privileged)
         self.max_turns = provider_max_turns(self._provider)
-        self.conversation_cap = None if conversation_cap is None else int(conversation_cap)
-        self.carry_over = bool(carry_over)
+        self.conversation_cap = cfg.conversation_cap
+        self.carry_over = cfg.carry_over
+        observation_keys = cfg.observation_keys
         if observation_keys is None and self.max_turns > 1:
             observation_keys = NUMERIC_KEYS + CONVERSATION_KEYS
         self.observation_keys = check_observation_keys(observation_keys)
@@ -299,16 +303,17 @@ class MageRAGEnv(gym.Env):
     # --- construction helpers ------------------------------------------------------
 
     @staticmethod
-    def _make_reader(reader: str | Reader, cfg: Mapping[str, Any] | None) -> Reader:
-        if not isinstance(reader, str):
-            return reader
-        if reader == "oracle" and not cfg:
+    def _make_reader(reader: str | Mapping[str, Any] | Reader) -> Reader:
+        name, options = _name_and_options(reader, "reader", "oracle")
+        if not isinstance(name, str):
+            return name
+        if name == "oracle" and not options:
             from mage_gym.readers.oracle import OracleReader
 
             return OracleReader()
         from mage_gym.readers import get_reader
 
-        return get_reader(reader, **dict(cfg or {}))
+        return get_reader(name, **options)
 
     # --- public read-only views (no gold) --------------------------------------------
 
@@ -480,7 +485,9 @@ class MageRAGEnv(gym.Env):
 
     def render(self) -> RenderedInput:
         """The reader input the current working subgraph would give (images stay lazy)."""
-        return render(self.graph, self._require(), self.render_mode, self.question, self.render_config)
+        state = self._require()
+        return render(state.gi.graph, state, self.render_mode, self.question, self.render_config,
+                      _fragment_memo(state.gi))
 
     def close(self) -> None:
         self.state = None
@@ -661,7 +668,7 @@ class MageRAGEnv(gym.Env):
         assert conv is not None
         question, gold = loaded.turn(conv.turn)
         asked = reader_question(conv.history(), question)  # a follow-up comes with the earlier turns
-        rendered = render(graph, state, self.render_mode, asked, self.render_config)
+        rendered = render(graph, state, self.render_mode, asked, self.render_config, _fragment_memo(state.gi))
         out: ReaderOutput = self.reader.read(rendered)
         state.counters.reader_calls += 1
         outcome = score_episode(graph, gold, rendered, out, bool(self.reader.answers), state.counters,

@@ -19,13 +19,12 @@ episode's end.
 """
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.data.composite import CompositeEpisode
 from mage_gym.data.episode import Episode
 from mage_gym.data.gold import GoldEvidence
@@ -207,15 +206,14 @@ def _turn_resolver(parts: Sequence[Episode], graphs: Sequence[EvidenceGraph], gr
     """Gold of one turn: each document's part resolved on that document's graph, mapped onto ``graph``."""
 
     def resolve() -> GoldEvidence:
-        from mage_gym.data.gold import assemble_gold, resolve_gold
+        from mage_gym.data.gold import merge_gold, remap_gold, resolve_gold
 
         pieces = []
         for part in parts:
             j = doc_index[part.doc_id]
             ev = resolve_gold(part, graphs[j])
-            pieces.append(graph.remap_gold(j, ev) if graph is not graphs[j] else ev)  # type: ignore[attr-defined]
-        return assemble_gold((nodes, page, is_page) for ev in pieces
-                             for nodes, page, is_page in zip(ev.items, ev.item_pages, ev.item_is_page))
+            pieces.append(remap_gold(graph, j, ev) if graph is not graphs[j] else ev)  # type: ignore[arg-type]
+        return merge_gold(pieces)
 
     return resolve
 
@@ -290,29 +288,18 @@ class LazyGraphProvider:
         self.max_graphs = max(1, int(max_graphs), max((len(e.documents) for e in episodes
                                                        if isinstance(e, CompositeEpisode)), default=1))
         self.graph_kwargs = dict(graph_kwargs or {})
-        self._graphs: OrderedDict[str, EvidenceGraph] = OrderedDict()
+        self._graphs: Cache[EvidenceGraph] = Cache("env.provider_graphs", self.max_graphs, owned=False)
         self._gold: dict[str, Gold] = {}
-        self._lock = threading.Lock()
 
     @property
     def ids(self) -> list[str]:
         return list(self._episodes)
 
     def _graph_for(self, source: str) -> EvidenceGraph:
-        key = str(source)
-        with self._lock:
-            g = self._graphs.get(key)
-            if g is not None:
-                self._graphs.move_to_end(key)
-                return g
         from mage_gym.graph import build_graph
 
-        g = build_graph(source, parser=self.parser, **self.graph_kwargs)
-        with self._lock:
-            self._graphs[key] = g
-            while len(self._graphs) > self.max_graphs:
-                self._graphs.popitem(last=False)
-        return g
+        return self._graphs.get(None, str(source), lambda: build_graph(source, parser=self.parser,
+                                                                       **self.graph_kwargs))
 
     def graph_for(self, episode: Episode) -> EvidenceGraph:
         return self._graph_for(episode.source)

@@ -1,17 +1,24 @@
-"""Per-graph arrays the step loop reads: merged adjacency, static node features.
+"""Per-graph arrays the step loop reads: merged adjacency, static node features, and what is derived from them.
 
 Why: the environment must take thousands of steps per second on a 500-page
 document, so nothing in a step may walk Python records. Everything that depends
 only on the graph (not on the question or the state) is computed once per graph
-per process and shared, read-only, by every environment in that process.
+per process and shared, read-only, by every environment in that process: the
+index itself (one bounded cache, :func:`graph_index`), and whatever other
+modules derive from the graph alone (the state's update tables, the question
+cues' node types and page labels, the page-only search view, the renderer's
+fragment memo), which hangs on the index (:meth:`GraphIndex.derived`) and so
+lives and dies with it instead of sitting in module globals.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.graph.schema import EDGE_KINDS, NODE_TYPES
 
@@ -24,6 +31,7 @@ STATIC_FEATURES: tuple[str, ...] = tuple(f"type_{t}" for t in NODE_TYPES) + (
 _MAX_SECTION_DEPTH = 6.0
 _CONTENT_NORM = math.log1p(4000.0)
 _DENSITY_NORM = 50.0
+T = TypeVar("T")
 
 
 @dataclass(frozen=True, eq=False)
@@ -44,6 +52,25 @@ class GraphIndex:
     static: np.ndarray  # float32 [n, len(STATIC_FEATURES)]
     node_ids: list[str]
     vectors: np.ndarray  # float32 [n, dim]
+    #: per-graph data other modules derived from this index, by name (see :meth:`derived`); never pickled
+    memo: dict[str, Any] = field(default_factory=dict, init=False, repr=False)
+
+    def derived(self, name: str, build: Callable[["GraphIndex"], T]) -> T:
+        """``build(self)``, computed once per index: data that depends on the graph alone.
+
+        Why on the index: such data is valid exactly as long as the index, and
+        the index is what the env's one per-graph cache bounds; a module-level
+        table keyed by the index would be a second, hidden cache. Two threads
+        may both build a missing value; the first stored is the one kept.
+        """
+        try:
+            return self.memo[name]
+        except KeyError:
+            return self.memo.setdefault(name, build(self))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickled (and deep-copied) without its derived data: it is rebuilt on first use."""
+        return {**self.__dict__, "memo": {}}
 
     @property
     def doc_id(self) -> str:
@@ -144,14 +171,11 @@ def build_graph_index(graph: EvidenceGraph) -> GraphIndex:
     )
 
 
-_CACHE = None
+#: The env's per-graph index (it holds its graph, so the bound is what caps memory);
+#: :func:`mage_gym.cache.reserve_graphs` raises it for a training env that cycles through its corpus.
+_INDEXES: Cache[GraphIndex] = Cache("env.graph_index", 8, per_graph=True)
 
 
 def graph_index(graph: EvidenceGraph) -> GraphIndex:
-    """The shared index of ``graph`` in this process (built on first use, dies with the graph)."""
-    global _CACHE
-    if _CACHE is None:
-        from mage_gym.retrieval.cache import GraphIndexCache
-
-        _CACHE = GraphIndexCache(max_graphs=8)  # the index holds its graph: bound memory
-    return _CACHE.get(graph, build_graph_index)
+    """The shared index of ``graph`` in this process (built on first use, kept while cached)."""
+    return _INDEXES.get(graph, None, lambda: build_graph_index(graph))

@@ -7,11 +7,11 @@ the same work every time the same episode comes back, which in training is
 every few hundred steps. Copying the finished state is a handful of memcpys.
 
 The templates live in a small LRU shared by the environments of a process
-(:class:`~mage_gym.env.relevance.OwnerKeyedLRU`), per episode relevance and
-keyed by the identity of the graph index (both shared and read-only; the entry
-holds the graph index, so its id cannot be reused while the entry lives). A
-caller always gets a copy (:meth:`EvidenceState.copy` is deep for everything
-but the read-only graph index and rank order), never the template itself.
+(a :class:`~mage_gym.cache.Cache`), owned by the episode relevance and keyed
+by the graph index, the budget, the window and ``k`` (relevance and index are
+shared and read-only). A caller always gets a copy (:meth:`EvidenceState.copy`
+is deep for everything but the read-only graph index and rank order), never
+the template itself.
 """
 from __future__ import annotations
 
@@ -19,12 +19,13 @@ from typing import Sequence
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.env.budget import Budget
 from mage_gym.env.graph_index import GraphIndex
-from mage_gym.env.relevance import EpisodeRelevance, OwnerKeyedLRU
+from mage_gym.env.relevance import EpisodeRelevance
 from mage_gym.env.state import EvidenceState
 
-_TEMPLATES = OwnerKeyedLRU(32)  # about n_nodes * 70 bytes each (1 MB for a 15,500-node graph)
+_TEMPLATES: Cache[EvidenceState] = Cache("env.initial_templates", 32)  # ~n_nodes * 70 bytes each (1 MB for 15,500)
 
 
 def activate_entry_pages(state: EvidenceState, pages: Sequence[int]) -> None:
@@ -54,8 +55,7 @@ def initial_state(gi: GraphIndex, budget: Budget, rel: EpisodeRelevance, window:
                   k: int) -> EvidenceState:
     """A fresh copy of :func:`build_initial_state`'s result, built at most once per key while it stays cached."""
     win = None if window is None else (int(window[0]), int(window[1]))
-    _, template = _TEMPLATES.get(rel, (id(gi), budget, win, int(k)),
-                                 lambda: (gi, build_initial_state(gi, budget, rel, win, k)))
+    template = _TEMPLATES.get(rel, (gi, budget, win, int(k)), lambda: build_initial_state(gi, budget, rel, win, k))
     return template.copy()
 
 

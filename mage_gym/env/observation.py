@@ -34,14 +34,13 @@ an env built with ``observation_keys=NUMERIC_KEYS + ("text",)`` adds the text
 from __future__ import annotations
 
 import string
-import weakref
-from collections import OrderedDict
 from typing import Sequence
 
 import numpy as np
 from gymnasium import spaces
 
-from mage_gym.env.graph_index import STATIC_FEATURES
+from mage_gym.cache import Cache
+from mage_gym.env.graph_index import STATIC_FEATURES, GraphIndex
 from mage_gym.env.question_cues import QUESTION_FEATURES, question_columns
 from mage_gym.env.relevance import N_RELEVANCE, EpisodeRelevance
 from mage_gym.env.state import DYN_LINKER, DYN_PAGEACT, N_DYN, STATE_NAMES, EvidenceState
@@ -159,51 +158,47 @@ def turn_features(turn: int, n_turns: int) -> np.ndarray:
     return np.array([turn / max(1, n_turns - 1), float(turn > 0)], dtype=np.float32)
 
 
-_QUESTION_VECS: "weakref.WeakKeyDictionary[EpisodeRelevance, np.ndarray]" = weakref.WeakKeyDictionary()
+#: The question features of an episode relevance (held weakly). Why: the relevance object is shared by every
+#: reset of the episode in the process, and ``np.clip`` alone costs more than the rest of a warm reset's
+#: bookkeeping. 1,536 bytes an entry.
+_QUESTION_FEATURES: Cache[np.ndarray] = Cache("env.question_features", 1024)
 
 
 def question_features(rel: EpisodeRelevance) -> np.ndarray:
     """float32 [QUESTION_DIM], read-only: the question vector, cut or zero-padded, clipped to [-1, 1].
 
-    Cached per relevance object (it is shared by every reset of the episode in
-    the process, and ``np.clip`` alone costs more than the rest of a warm
-    reset's bookkeeping); read-only because it is shared: observations copy it.
+    Read-only because it is shared (cached per relevance object): observations copy it.
     """
-    out = _QUESTION_VECS.get(rel)
-    if out is None:
-        out = np.zeros(QUESTION_DIM, dtype=np.float32)
-        v = rel.query.vector
-        if v is not None:
-            v = np.asarray(v, dtype=np.float32).ravel()[:QUESTION_DIM]
-            out[: len(v)] = v
-        out = np.clip(out, -1.0, 1.0)
-        out.setflags(write=False)
-        _QUESTION_VECS[rel] = out
+    return _QUESTION_FEATURES.get(rel, None, lambda: _question_features(rel))
+
+
+def _question_features(rel: EpisodeRelevance) -> np.ndarray:
+    out = np.zeros(QUESTION_DIM, dtype=np.float32)
+    v = rel.query.vector
+    if v is not None:
+        v = np.asarray(v, dtype=np.float32).ravel()[:QUESTION_DIM]
+        out[: len(v)] = v
+    out = np.clip(out, -1.0, 1.0)
+    out.setflags(write=False)
     return out
 
 
-_TABLES: "OrderedDict[tuple[int, int], tuple[object, object, np.ndarray]]" = OrderedDict()
-_MAX_TABLES = 16
+#: The per-episode constant columns of the node table, per (episode relevance, graph index): both are shared by
+#: the environments of a process, so one table serves all of them (float32 [n_nodes, _STATE0] each).
+_TABLES: Cache[np.ndarray] = Cache("env.node_tables", 16)
 
 
 def node_table(state: EvidenceState, rel: EpisodeRelevance) -> np.ndarray:
-    """float32 [n, static + relevance + question cues]: the per-episode constant columns, gathered per step.
+    """float32 [n, static + relevance + question cues]: the per-episode constant columns, gathered per step."""
+    gi = state.gi
+    return _TABLES.get(rel, gi, lambda: _node_table(gi, rel))  # the key holds the index: its id stays unique
 
-    Shared by the environments of a process (a small LRU keyed by the graph
-    index and the episode relevance objects, which are themselves shared).
-    """
-    key = (id(state.gi), id(rel))
-    hit = _TABLES.get(key)
-    if hit is not None and hit[0] is state.gi and hit[1] is rel:
-        _TABLES.move_to_end(key)
-        return hit[2]
-    table = np.empty((state.gi.n_nodes, _STATE0), dtype=np.float32)
-    table[:, :N_STATIC] = state.gi.static
+
+def _node_table(gi: GraphIndex, rel: EpisodeRelevance) -> np.ndarray:
+    table = np.empty((gi.n_nodes, _STATE0), dtype=np.float32)
+    table[:, :N_STATIC] = gi.static
     table[:, _REL0:_Q0] = rel.features
-    table[:, _Q0:_STATE0] = question_columns(state.gi, rel.query.text, rel.features[:, 0])
-    _TABLES[key] = (state.gi, rel, table)
-    while len(_TABLES) > _MAX_TABLES:
-        _TABLES.popitem(last=False)
+    table[:, _Q0:_STATE0] = question_columns(gi, rel.query.text, rel.features[:, 0])
     return table
 
 

@@ -27,7 +27,6 @@ Columns (:data:`QUESTION_FEATURES`, each in [0, 1]):
 from __future__ import annotations
 
 import re
-import weakref
 
 import numpy as np
 
@@ -50,8 +49,6 @@ _PAGE_MENTION_RE = re.compile(
 _MAX_RANGE = 10  # a wider "pages 3-40" names its two ends only
 
 _TYPE_INDEX = {t: i for i, t in enumerate(NODE_TYPES)}
-_NODE_TYPE: "weakref.WeakKeyDictionary[GraphIndex, np.ndarray]" = weakref.WeakKeyDictionary()
-_PAGE_LABELS: "weakref.WeakKeyDictionary[GraphIndex, dict[str, int]]" = weakref.WeakKeyDictionary()
 
 
 def cued_types(question: str) -> frozenset[str]:
@@ -77,22 +74,16 @@ def page_mentions(question: str) -> tuple[str, ...]:
 
 
 def _node_types(gi: GraphIndex) -> np.ndarray:
-    """intp [n]: index into NODE_TYPES of every node (from the static one-hot columns)."""
-    arr = _NODE_TYPE.get(gi)
-    if arr is None:
-        arr = gi.static[:, : len(NODE_TYPES)].argmax(axis=1).astype(np.intp)
-        _NODE_TYPE[gi] = arr
-    return arr
+    """intp [n]: index into NODE_TYPES of every node (from the static one-hot columns; kept on the index)."""
+    return gi.derived("question_cues.node_types",
+                      lambda g: g.static[:, : len(NODE_TYPES)].argmax(axis=1).astype(np.intp))
 
 
 def _page_labels(gi: GraphIndex) -> dict[str, int]:
-    labels = _PAGE_LABELS.get(gi)
-    if labels is None:
-        from mage_gym.graph.references import _printed_page_labels  # the reference relation's label rule
+    """Printed page label -> page, by the reference relation's label rule (kept on the index)."""
+    from mage_gym.graph.references import _printed_page_labels
 
-        labels = _printed_page_labels(gi.graph.pages)
-        _PAGE_LABELS[gi] = labels
-    return labels
+    return gi.derived("question_cues.page_labels", lambda g: _printed_page_labels(g.graph.pages))
 
 
 def best_element_on_page(gi: GraphIndex, fused: np.ndarray) -> np.ndarray:

@@ -14,14 +14,13 @@ fairly. Ties share a percentile; the order breaks them by node index.
 """
 from __future__ import annotations
 
-import threading
-import weakref
-from collections import OrderedDict
 from dataclasses import dataclass
-from typing import Any, Callable, Hashable
+from typing import Any, Callable
 
 import numpy as np
 
+from mage_gym.cache import Cache
+from mage_gym.env.graph_index import GraphIndex
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever, Scores
 
@@ -127,58 +126,27 @@ def score_question(graph: EvidenceGraph, retriever: Retriever, query: Query) -> 
                             order=order, rank_of=rank_of, page_order=page_order)
 
 
-class OwnerKeyedLRU:
-    """Thread-safe LRU keyed by (id(owner), key) that never returns an entry of a dead or recycled owner.
-
-    The owner (a graph, an episode's relevance) is held weakly, so a cache
-    entry never keeps it alive; anything else whose identity is in ``key``
-    must be held by the cached value (then its id cannot be reused while the
-    entry lives).
-    """
-
-    def __init__(self, max_entries: int) -> None:
-        self.max_entries = max_entries
-        self._data: OrderedDict[tuple[int, Hashable], tuple[weakref.ref, Any]] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, owner: Any, key: Hashable, build: Callable[[], Any]) -> Any:
-        full = (id(owner), key)
-        with self._lock:
-            hit = self._data.get(full)
-            if hit is not None and hit[0]() is owner:
-                self._data.move_to_end(full)
-                return hit[1]
-        value = build()
-        with self._lock:
-            self._data[full] = (weakref.ref(owner), value)
-            while len(self._data) > self.max_entries:
-                self._data.popitem(last=False)
-        return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._data.clear()
-
-
-_QUESTIONS = OwnerKeyedLRU(128)  # ~0.5 MB per entry on a 500-page graph
-_SEARCHES = OwnerKeyedLRU(8192)
-_QUERY_VECTORS: OrderedDict[tuple[int, str], Query] = OrderedDict()
-_RETRIEVERS: dict[str, Retriever] = {}
+#: Question relevance per graph (held weakly) and (retriever, query function, question). ~0.5 MB per entry on a
+#: 500-page graph; :func:`reserve_questions` raises the bound for a training env cycling through its episodes.
+_QUESTIONS: Cache[EpisodeRelevance] = Cache("env.question_relevance", 128)
+#: SearchEvidence page scores per graph (held weakly) and (retriever, query text, query vector).
+_SEARCHES: Cache[np.ndarray] = Cache("env.search_scores", 8192)
+#: Question vectors per (query function, text): the question is encoded once per process.
+_QUERY_VECTORS: Cache[Query] = Cache("env.query_vectors", 4096, owned=False)
+#: One retriever object per (name, config), so that their per-graph indexes are shared by every env.
+_RETRIEVERS: Cache[Retriever] = Cache("env.shared_retrievers", 64, owned=False)
 
 
 def shared_retriever(name: str, **cfg: Any) -> Retriever:
     """One retriever object per (name, config) per process, so their per-graph indexes are shared."""
-    key = name + repr(sorted(cfg.items()))
-    if key not in _RETRIEVERS:
-        from mage_gym.retrieval import get_retriever
+    from mage_gym.retrieval import get_retriever
 
-        _RETRIEVERS[key] = get_retriever(name, **cfg)
-    return _RETRIEVERS[key]
+    return _RETRIEVERS.get(None, name + repr(sorted(cfg.items())), lambda: get_retriever(name, **cfg))
 
 
 def reserve_questions(n: int) -> None:
     """Keep the relevance of at least ``n`` (graph, question) pairs (a training env cycles through its episodes)."""
-    _QUESTIONS.max_entries = max(_QUESTIONS.max_entries, int(n))
+    _QUESTIONS.reserve(n)
 
 
 def clear_caches() -> None:
@@ -200,14 +168,7 @@ def default_query_fn(text: str) -> Query:
 
 def cached_query(query_fn: QueryFn, text: str) -> Query:
     """``query_fn(text)`` once per (function, text) in this process (question vectors)."""
-    key = (id(query_fn), text)
-    q = _QUERY_VECTORS.get(key)
-    if q is None:
-        q = query_fn(text)
-        _QUERY_VECTORS[key] = q
-        while len(_QUERY_VECTORS) > 4096:
-            _QUERY_VECTORS.popitem(last=False)
-    return q
+    return _QUERY_VECTORS.get(None, (id(query_fn), text), lambda: query_fn(text))
 
 
 def episode_relevance(graph: EvidenceGraph, question: str, retriever: Retriever, query_fn: QueryFn
@@ -233,35 +194,27 @@ def _build_page_view(graph: EvidenceGraph) -> EvidenceGraph:
     )
 
 
-_PAGE_VIEWS = None
-
-
-def page_view(graph: EvidenceGraph) -> EvidenceGraph:
-    """The pages of ``graph`` without its elements, for page-only search.
+def page_view(gi: GraphIndex) -> EvidenceGraph:
+    """The pages of the index's graph without its elements, for page-only search (kept on the index).
 
     Why: SearchEvidence only activates pages, so scoring every element (30x
     more nodes on a typical report) would be wasted. Page texts are the exact
     searchable texts the full retriever uses (``retrieval.text.page_text``),
     so page scores are the same as ``retriever.score(graph, q).pages``.
     """
-    global _PAGE_VIEWS
-    if _PAGE_VIEWS is None:
-        from mage_gym.retrieval.cache import GraphIndexCache
-
-        _PAGE_VIEWS = GraphIndexCache(max_graphs=8)
-    return _PAGE_VIEWS.get(graph, _build_page_view)
+    return gi.derived("relevance.page_view", lambda g: _build_page_view(g.graph))
 
 
-def search_page_scores(graph: EvidenceGraph, retriever: Retriever, query: Query) -> np.ndarray:
-    """Fused page scores for a SearchEvidence query (cached by query text and vector).
+def search_page_scores(gi: GraphIndex, retriever: Retriever, query: Query) -> np.ndarray:
+    """Fused page scores for a SearchEvidence query (cached per graph, by query text and vector).
 
     A retriever may name another one for searches (``search_retriever``: ``hybrid_rerank`` searches with its
     first stage, so a search costs no cross-encoder pass)."""
     vec_key = None if query.vector is None else np.asarray(query.vector, dtype=np.float32).tobytes()
     key = (id(retriever), query.text, vec_key)
     searcher = getattr(retriever, "search_retriever", retriever)
-    return _SEARCHES.get(graph, key, lambda: np.asarray(searcher.score(page_view(graph), query).pages,
-                                                        dtype=np.float32))
+    return _SEARCHES.get(gi.graph, key, lambda: np.asarray(searcher.score(page_view(gi), query).pages,
+                                                           dtype=np.float32))
 
 
 def node_query(question: Query, node_text: str, node_vector: np.ndarray | None) -> Query:

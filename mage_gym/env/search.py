@@ -12,9 +12,10 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.env.graph_index import GraphIndex
 from mage_gym.env.relevance import (
-    EpisodeRelevance, OwnerKeyedLRU, QueryFn, cached_query, default_query_fn, episode_relevance, node_query,
+    EpisodeRelevance, QueryFn, cached_query, default_query_fn, episode_relevance, node_query,
     search_page_scores, shared_retriever,
 )
 from mage_gym.graph.graph import EvidenceGraph
@@ -37,7 +38,7 @@ class _NodeSearch:
 #: Slot searches per episode relevance (held weakly), keyed by (id(retriever), node). Why: a learned policy
 #: searches from the same slot nodes in episode after episode, and building the query (text, normalised
 #: vector) and its cache key costs more than the rest of the step's bookkeeping.
-_NODE_SEARCHES = OwnerKeyedLRU(4096)
+_NODE_SEARCHES: Cache[_NodeSearch] = Cache("env.node_searches", 4096)
 
 
 def _node_search(retriever: Retriever, gi: GraphIndex, rel: EpisodeRelevance, node: int) -> _NodeSearch:
@@ -69,17 +70,17 @@ class EnvRetrieval:
         A free-text search (LLM rounds, scripted calls) encodes ``query_text``;
         a slot search (learned policies) uses the question plus the node's text.
         """
-        graph, retriever = gi.graph, self.retriever
+        retriever = self.retriever
         if free_text:
             query = cached_query(self.query_fn, query_text or "")
-            return query, (lambda: search_page_scores(graph, retriever, query))
+            return query, (lambda: search_page_scores(gi, retriever, query))
         if not 0 <= node < gi.n_nodes:
             return None, None
         entry = _node_search(retriever, gi, rel, node)
 
         def scores() -> np.ndarray:
             if entry.scores is None:
-                entry.scores = search_page_scores(graph, retriever, entry.query)
+                entry.scores = search_page_scores(gi, retriever, entry.query)
             return entry.scores
 
         return entry.query, scores

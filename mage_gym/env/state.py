@@ -17,7 +17,6 @@ Invariants (checked by :meth:`EvidenceState.check_invariants`):
 """
 from __future__ import annotations
 
-import weakref
 from dataclasses import dataclass, field, fields
 
 import numpy as np
@@ -57,7 +56,7 @@ def log_distance_table(n_pages: int) -> np.ndarray:
 
 
 class _GraphAux:
-    """Per-graph arrays the updates read, derived once per process from the :class:`GraphIndex`.
+    """Per-graph arrays the updates read, derived once per :class:`GraphIndex` and kept on it.
 
     Why: an activation is a dozen small numpy calls, so per-call overheads
     matter: CSR bounds as Python ints (slicing with them is cheaper than with
@@ -69,7 +68,7 @@ class _GraphAux:
     """
 
     __slots__ = ("n_pages", "ptr", "page_lo", "page_hi", "link_idx", "linker_idx", "log_dist", "log_offset",
-                 "code0", "dyn0", "__weakref__")
+                 "code0", "dyn0")
 
     def __init__(self, gi: GraphIndex) -> None:
         self.n_pages: int = gi.n_pages
@@ -91,19 +90,12 @@ class _GraphAux:
         return self.log_offset[start: start + self.n_pages]
 
 
-_AUX: "weakref.WeakKeyDictionary[GraphIndex, _GraphAux]" = weakref.WeakKeyDictionary()
-_LAST_AUX: list = [None, None]  # (weakref to the last graph index, its aux): skips the dictionary on the hot path
-
-
 def _aux(gi: GraphIndex) -> _GraphAux:
-    ref = _LAST_AUX[0]
-    if ref is not None and ref() is gi:
-        return _LAST_AUX[1]
-    aux = _AUX.get(gi)
-    if aux is None:
-        aux = _AUX[gi] = _GraphAux(gi)
-    _LAST_AUX[0], _LAST_AUX[1] = weakref.ref(gi), aux
-    return aux
+    """The update tables of ``gi`` (derived once per graph index, kept on it; read several times a step)."""
+    try:
+        return gi.memo["state.aux"]
+    except KeyError:
+        return gi.derived("state.aux", _GraphAux)
 
 
 def mask_code(node_state: np.ndarray, node_page: np.ndarray, n_pages: int, nodes: np.ndarray | None = None

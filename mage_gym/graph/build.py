@@ -96,7 +96,7 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
     calls this with ``workers > 1`` needs the usual ``if __name__ ==
     "__main__":`` guard. Typed :mod:`mage_gym.graph.errors` are raised for bad
     input. ``meta["cache_hit"]`` says whether the graph came from the cache.
-    ``progress`` shows tqdm bars for long builds (only on a terminal).
+    ``progress`` shows progress bars for long builds (:mod:`mage_gym.progress`: log lines off a terminal).
 
     ``chunk_executor`` (anything with ``submit(fn, *args)`` returning a
     ``concurrent.futures.Future``) runs the page chunks instead of the local
@@ -186,10 +186,10 @@ def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, 
 
 
 def _page_bar(n: int, desc: str, progress: bool) -> Any:
-    """A tqdm bar over the pages being parsed (pages/s on stderr); shown only on a terminal, for 20+ pages."""
-    from tqdm import tqdm
+    """A progress bar over the pages being parsed (pages/s on stderr), for 20+ pages."""
+    from mage_gym.progress import progress_bar
 
-    return tqdm(total=n, desc=desc, unit="page", leave=False, disable=None if progress and n >= 20 else True)
+    return progress_bar(total=n, desc=desc, unit="page", leave=False, disable=None if progress and n >= 20 else True)
 
 
 def _load_complete(key: str, cache_dir: str | Path | None) -> EvidenceGraph | None:

@@ -8,7 +8,7 @@ a scale computed per run) embedded 659 element texts of a paper in 1.83 s,
 one text per run, against 3.29 s for torch bfloat16 in batches of 16 (one
 thread, idle machine), with vectors at mean cosine 0.991 to float32 (min
 0.973). Retrieval recall is unchanged
-(``experiments/embed_precision.py --precisions bfloat16 int8``, README).
+(``experiments/quality/embed_precision.py --precisions bfloat16 int8``, README).
 
 torch's own dynamic int8 was rejected: with per-tensor scales its vectors
 were at mean cosine 0.91 to float32 (0.96 with per-channel weights).

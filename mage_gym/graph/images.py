@@ -15,9 +15,9 @@ point (LongDocURL's PNGs are 72-dpi renders, 612x792 for a Letter page), so
 from __future__ import annotations
 
 import math
-from collections import OrderedDict
 from typing import TYPE_CHECKING
 
+from mage_gym.cache import Cache
 from mage_gym.graph.errors import UnsupportedSourceError
 from mage_gym.graph.schema import BBox, DocumentSource
 
@@ -30,29 +30,29 @@ MAX_RENDER_PIXELS = 25_000_000
 #: Largest source image we agree to decode (PIL's own bomb limit is 2 x 89 M).
 MAX_SOURCE_PIXELS = 150_000_000
 
-_DOC_CACHE: "OrderedDict[str, pymupdf.Document]" = OrderedDict()
-_DOC_CACHE_SIZE = 4
+def _close(doc: "pymupdf.Document") -> None:
+    if not doc.is_closed:
+        doc.close()
+
+
+#: A few open documents per process, by path: crops of one graph hit the same PDF; one leaving is closed.
+_DOCS: "Cache[pymupdf.Document]" = Cache("graph.images.open_pdfs", 4, owned=False, on_evict=_close)
 
 
 def _cached_pdf(source: DocumentSource) -> "pymupdf.Document":
-    """A few open documents per process: crops of one graph hit the same PDF."""
+    """The open document of ``source`` (reopened when someone closed it)."""
     from mage_gym.graph.sources import open_pdf
 
-    doc = _DOC_CACHE.pop(source.path, None)
-    if doc is None or doc.is_closed:
-        doc = open_pdf(source)
-    _DOC_CACHE[source.path] = doc
-    while len(_DOC_CACHE) > _DOC_CACHE_SIZE:
-        _, old = _DOC_CACHE.popitem(last=False)
-        old.close()
+    doc = _DOCS.get(None, source.path, lambda: open_pdf(source))
+    if doc.is_closed:
+        _DOCS.discard(None, source.path)
+        doc = _DOCS.get(None, source.path, lambda: open_pdf(source))
     return doc
 
 
 def clear_cache() -> None:
     """Close cached documents (tests, or before a file is rewritten)."""
-    while _DOC_CACHE:
-        _, doc = _DOC_CACHE.popitem()
-        doc.close()
+    _DOCS.clear()
 
 
 def _capped_scale(width: float, height: float, scale: float, max_side: int | None) -> float:

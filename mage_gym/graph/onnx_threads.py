@@ -14,7 +14,7 @@ options from us. Two of their defaults are costly in a build worker:
   it runs in 116 ms instead of 174 ms a page on this CPU (median of 10 runs,
   one thread). The model's input has a fixed size (300x300), so the arena
   stops growing after the first page; a worker's peak memory is measured by
-  ``experiments/perf_graph.py``.
+  ``experiments/perf/perf_graph.py``.
 
 So a worker process (which we own: see :func:`mage_gym.graph.workers.get_pool`)
 wraps the session constructor once at start-up. Sessions created with

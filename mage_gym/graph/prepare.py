@@ -42,7 +42,7 @@ class EmbedConfig(Settings):
 
     The defaults (80 characters, ``"mean"``) scored best on page recall@5 of
     question vectors among the lengths and poolings compared with
-    ``experiments/embed_precision.py``; figures live in results files and
+    ``experiments/quality/embed_precision.py``; figures live in results files and
     ``docs/RESULTS.md``, never in code, so each is measured in one place.
     """
 
@@ -145,11 +145,11 @@ def _encode(encoder: Encoder, texts: list[str], progress: bool, block: int = 512
     """Encode, in length-sorted blocks under a progress bar when there are many texts."""
     if not progress or len(texts) <= 2 * block:
         return np.asarray(encoder.encode(texts), dtype=np.float32)
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
     out = np.zeros((len(texts), encoder.dim), np.float32)
-    for lo in tqdm(range(0, len(order), block), desc="embed", unit="block", disable=None, leave=False):
+    for lo in progress_bar(range(0, len(order), block), desc="embed", unit="block", disable=None, leave=False):
         idx = order[lo : lo + block]
         out[idx] = encoder.encode([texts[i] for i in idx])
     return out

@@ -19,7 +19,7 @@ cross-document code path. What changes is bookkeeping, kept here:
 * pixels come from the right document: :meth:`UnionGraph.page_image` and
   :meth:`UnionGraph.crop` render the member's source at its local page;
 * gold is resolved per document on the member graph (every single-document
-  rule applies unchanged) and mapped with :meth:`UnionGraph.remap_gold`.
+  rule applies unchanged) and mapped with :func:`mage_gym.data.gold.remap_gold`.
 
 Unions are cached per document set: in memory (LRU keyed by the members'
 digests and the edge settings; a hit returns the same object, so the per-graph
@@ -31,23 +31,20 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-import threading
-from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.edges import EdgeConfig, knn_pairs
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.graph.schema import EDGE_KINDS, DocumentSource, Element, Page
 
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image
-
-    from mage_gym.data.gold import GoldEvidence
 
 log = logging.getLogger(__name__)
 
@@ -157,31 +154,6 @@ class UnionGraph(EvidenceGraph):
         d = self.span(doc)
         return np.concatenate([np.arange(d.page_offset, d.page_offset + d.n_pages, dtype=np.intp),
                                np.arange(d.n_elements, dtype=np.intp) + self.n_pages + d.element_offset])
-
-    # --- gold ------------------------------------------------------------------
-
-    def remap_gold(self, doc: int | str, gold: "GoldEvidence") -> "GoldEvidence":
-        """A document's gold, resolved on its own graph, moved onto union node indices and page numbers."""
-        from mage_gym.data.gold import GoldEvidence, assemble_gold
-
-        if not gold.items:
-            return GoldEvidence()
-        d = self.span(doc)
-        nmap = self.node_map(doc)
-        n_member = d.n_pages + d.n_elements
-        items = []
-        for nodes, page, is_page in zip(gold.items, gold.item_pages, gold.item_is_page):
-            if any(not 0 <= int(v) < n_member for v in nodes):
-                raise ValueError(f"gold node out of range for {d.doc_id!r} ({n_member} nodes): {nodes}")
-            items.append((tuple(int(nmap[v]) for v in nodes), d.page_offset + int(page), bool(is_page)))
-        return assemble_gold(items)
-
-    def merge_gold(self, golds: Sequence["GoldEvidence"]) -> "GoldEvidence":
-        """One gold from several golds already on this union (e.g. each document's, from :meth:`remap_gold`)."""
-        from mage_gym.data.gold import assemble_gold
-
-        return assemble_gold((nodes, page, is_page) for g in golds
-                             for nodes, page, is_page in zip(g.items, g.item_pages, g.item_is_page))
 
     # --- pixels: from the member's source at its local page ------------------------
 
@@ -371,17 +343,15 @@ def _content_digest(graph: EvidenceGraph) -> str:
     return h.hexdigest()
 
 
-_DIGESTS = None
+#: A graph's content digest, memoised per graph object (hashing every vector of a large graph takes a while).
+_DIGESTS: Cache[str] = Cache("graph.union.digests", 64, per_graph=True)
+#: Unions by :func:`union_key` (a hit returns the same object).
+_UNIONS: Cache[UnionGraph] = Cache("graph.union.unions", 8, owned=False)
 
 
 def graph_digest(graph: EvidenceGraph) -> str:
     """A graph's identity for the union caches: a hash of its content, memoised per graph object."""
-    global _DIGESTS
-    if _DIGESTS is None:
-        from mage_gym.retrieval.cache import GraphIndexCache
-
-        _DIGESTS = GraphIndexCache(max_graphs=64)
-    return _DIGESTS.get(graph, _content_digest)
+    return _DIGESTS.get(graph, None, lambda: _content_digest(graph))
 
 
 def union_key(digests: Sequence[str], cfg: EdgeConfig) -> str:
@@ -393,42 +363,9 @@ def union_key(digests: Sequence[str], cfg: EdgeConfig) -> str:
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()
 
 
-class _UnionCache:
-    """LRU of unions by :func:`union_key` (thread-safe; a hit returns the same object)."""
-
-    def __init__(self, max_unions: int = 8) -> None:
-        self.max_unions = max_unions
-        self._items: OrderedDict[str, UnionGraph] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def get(self, key: str) -> UnionGraph | None:
-        with self._lock:
-            g = self._items.get(key)
-            if g is not None:
-                self._items.move_to_end(key)
-            return g
-
-    def put(self, key: str, graph: UnionGraph) -> UnionGraph:
-        with self._lock:
-            have = self._items.get(key)
-            if have is not None:  # another thread built it first: keep one object
-                return have
-            self._items[key] = graph
-            while len(self._items) > self.max_unions:
-                self._items.popitem(last=False)
-            return graph
-
-    def clear(self) -> None:
-        with self._lock:
-            self._items.clear()
-
-
-_CACHE = _UnionCache()
-
-
 def clear_union_cache() -> None:
     """Forget the in-memory unions (tests and benchmarks measuring a cold build)."""
-    _CACHE.clear()
+    _UNIONS.clear()
 
 
 def _from_store(g: EvidenceGraph, members: Sequence[EvidenceGraph]) -> UnionGraph | None:
@@ -467,9 +404,13 @@ def union_graph(graphs: Sequence[EvidenceGraph], edge_cfg: EdgeConfig | Mapping[
     digests = [graph_digest(g) for g in graphs]
     key = union_key(digests, cfg)
     if cache:
-        hit = _CACHE.get(key)
-        if hit is not None:
-            return hit
+        return _UNIONS.get(None, key, lambda: _load_or_build(graphs, cfg, digests, key, disk, cache_dir))
+    return _load_or_build(graphs, cfg, digests, key, disk, cache_dir)
+
+
+def _load_or_build(graphs: list[EvidenceGraph], cfg: EdgeConfig, digests: list[str], key: str, disk: bool | None,
+                   cache_dir: str | Path | None) -> UnionGraph:
+    """The union from the graph store when allowed and present, else built (and stored when allowed)."""
     # graphs from the store (and complete: a graph with failed pages is never stored) are worth storing with
     stored = all(isinstance(g.meta.get("cache_key"), str) and not g.meta.get("failed_pages") for g in graphs)
     use_disk = (stored if disk is None else bool(disk)) and len(graphs) > 1
@@ -494,7 +435,7 @@ def union_graph(graphs: Sequence[EvidenceGraph], edge_cfg: EdgeConfig | Mapping[
             union.meta["cache_hit"] = False
     if use_disk:
         union.meta["cache_key"] = key
-    return _CACHE.put(key, union) if cache else union
+    return union
 
 
 __all__ = ["DOC_SEPARATOR", "DocumentSpan", "UNION_VERSION", "UnionGraph", "XDOC_LABEL", "build_union",

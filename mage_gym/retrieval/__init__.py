@@ -34,12 +34,13 @@ from mage_gym.retrieval.fusion import rrf
 
 #: Single channels (usable alone or as hybrid components).
 CHANNEL_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "colpali")
-#: Named fusions: component list and RRF settings (overridable by keyword config).
+#: Named fusions: component list and RRF settings (overridable by keyword config). conf/retriever/<name>.yaml
+#: repeats each preset for Hydra; tests/test_config_defaults.py fails when the two disagree.
 HYBRID_PRESETS: dict[str, dict[str, Any]] = {
     # page_dense is observed only: the env shows its percentile as the last relevance column (the one hybrid_pages
     # fills with the same channel) without it entering the fusion, so entry pages are the original hybrid's
     "hybrid_elements": {"components": ["bm25", "dense"], "k": 60.0, "observed": ["page_dense"]},
-    # page weights and k: chosen on the dev sets' train splits by the rule in experiments/embed_quality.py
+    # page weights and k: chosen on the dev sets' train splits by the rule in experiments/quality/embed_quality.py
     # (SELECTION_RULE: best pooled train recall@5 among settings losing at most one question against
     # hybrid_elements on any dataset's train split); docs/results/embed_quality/
     "hybrid_pages": {"components": ["bm25", "dense", "page_dense"], "k": 120.0,

@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Scores
-from mage_gym.retrieval.cache import GraphIndexCache
 from mage_gym.retrieval.text import element_text, page_text, tokenize
 
 
@@ -95,11 +95,11 @@ class BM25Retriever:
 
     def __init__(self, k1: float = 1.5, b: float = 0.75, method: str = "lucene", max_graphs: int = 8) -> None:
         self.k1, self.b, self.method = float(k1), float(b), method
-        self._cache: GraphIndexCache[BM25Index] = GraphIndexCache(max_graphs)
+        self._cache: Cache[BM25Index] = Cache("retrieval.bm25.index", max_graphs, per_graph=True)
 
     def index(self, graph: EvidenceGraph) -> BM25Index:
         """The graph's index, built on first use and cached while the graph lives."""
-        return self._cache.get(graph, self._build)
+        return self._cache.get(graph, None, lambda: self._build(graph))
 
     def _build(self, graph: EvidenceGraph) -> BM25Index:
         pages = [page_text(graph, i) for i in range(graph.n_pages)]

@@ -36,16 +36,15 @@ import hashlib
 import json
 import os
 import tempfile
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Scores
-from mage_gym.retrieval.cache import GraphIndexCache
 
 MODEL_PATH_ENV = "MAGE_GYM_COLPALI_MODEL"
 
@@ -211,15 +210,14 @@ class ColPaliRetriever:
         self._model: Any = None
         self._processor: Any = None
         self._device: str | None = None
-        self._cache: GraphIndexCache[_PageIndex] = GraphIndexCache(max_graphs)
-        self._queries: OrderedDict[str, Any] = OrderedDict()
-        self._query_cache_size = int(query_cache_size)
+        self._cache: Cache[_PageIndex] = Cache("retrieval.colpali.index", max_graphs, per_graph=True)
+        self._queries: Cache[Any] = Cache("retrieval.colpali.queries", int(query_cache_size), owned=False)
         self._dense: Any = None
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle the configuration, not the model: a worker process reloads it on first use."""
         state = self.__dict__.copy()
-        state.update(_model=None, _processor=None, _device=None, _queries=OrderedDict(), _dense=None)
+        state.update(_model=None, _processor=None, _device=None, _dense=None)  # the caches pickle empty
         return state
 
     # --- model ---------------------------------------------------------------
@@ -275,7 +273,7 @@ class ColPaliRetriever:
 
     def index(self, graph: EvidenceGraph) -> PageEmbeddings:
         """Page embeddings of ``graph`` (computed once, cached in memory and, with ``cache_dir``, on disk)."""
-        return self._cache.get(graph, self._build).embeddings
+        return self._cache.get(graph, None, lambda: self._build(graph)).embeddings
 
     def _disk_path(self, graph: EvidenceGraph) -> Path | None:
         """``<cache_dir>/<doc_id>.n<pages>.colpali-<key>.npz``; the key covers the model, the rendering
@@ -302,11 +300,11 @@ class ColPaliRetriever:
 
     def _compute(self, graph: EvidenceGraph) -> PageEmbeddings:
         self.load()
-        from tqdm.auto import tqdm
+        from mage_gym.progress import progress_bar
 
         mats: list[np.ndarray] = []
         starts = range(0, graph.n_pages, self.batch_size)
-        for start in tqdm(starts, desc=f"colpali pages {graph.doc_id}", unit="batch",
+        for start in progress_bar(starts, desc=f"colpali pages {graph.doc_id}", unit="batch",
                           disable=not self.show_progress or graph.n_pages <= self.batch_size):
             pages = range(start, min(start + self.batch_size, graph.n_pages))
             images = [render_page_image(graph, p, self.dpi, self.max_side) for p in pages]
@@ -346,24 +344,19 @@ class ColPaliRetriever:
 
     def query_embedding(self, text: str) -> Any:
         """The query's multi-vector embedding (torch tensor on the device), cached per text."""
-        q = self._queries.get(text)
-        if q is not None:
-            self._queries.move_to_end(text)
-            return q
+        return self._queries.get(None, text, lambda: self._embed_query(text))
+
+    def _embed_query(self, text: str) -> Any:
         self.load()
         import torch
 
-        q = torch.from_numpy(self._embed(self._processor.process_queries([text]))[0]).to(self._device)
-        self._queries[text] = q
-        while len(self._queries) > self._query_cache_size:
-            self._queries.popitem(last=False)
-        return q
+        return torch.from_numpy(self._embed(self._processor.process_queries([text]))[0]).to(self._device)
 
     def score(self, graph: EvidenceGraph, query: Query) -> Scores:
         if graph.n_pages == 0:
             pages = np.zeros(0, dtype=np.float32)
         else:
-            idx = self._cache.get(graph, self._build)
+            idx = self._cache.get(graph, None, lambda: self._build(graph))
             q = self.query_embedding(query.text)
             raw = self._processor.score_multi_vector([q], idx.tensors, device=self._device)
             pages = raw[0].float().cpu().numpy().astype(np.float32)

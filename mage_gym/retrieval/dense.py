@@ -8,15 +8,14 @@ have the zero vector and therefore score exactly 0.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Callable, Protocol
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Scores
-from mage_gym.retrieval.cache import GraphIndexCache
 
 
 class QueryEncoder(Protocol):
@@ -63,12 +62,12 @@ class DenseRetriever:
     def __init__(self, encoder: QueryEncoder | Callable[[], QueryEncoder] | None = None,
                  max_graphs: int = 8, query_cache_size: int = 64) -> None:
         self._encoder = encoder
-        self._cache: GraphIndexCache[DenseIndex] = GraphIndexCache(max_graphs)
-        self._query_vectors: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._query_cache_size = int(query_cache_size)
+        self._cache: Cache[DenseIndex] = Cache("retrieval.dense.index", max_graphs, per_graph=True)
+        self._query_vectors: Cache[np.ndarray] = Cache("retrieval.dense.query_vectors", int(query_cache_size),
+                                                       owned=False)
 
     def index(self, graph: EvidenceGraph) -> DenseIndex:
-        return self._cache.get(graph, self._build)
+        return self._cache.get(graph, None, lambda: self._build(graph))
 
     @staticmethod
     def _build(graph: EvidenceGraph) -> DenseIndex:
@@ -82,14 +81,8 @@ class DenseRetriever:
         if query.vector is not None:
             vec = np.asarray(query.vector, dtype=np.float32).reshape(-1)
         else:
-            vec = self._query_vectors.get(query.text)
-            if vec is None:
-                vec = self._encode(query.text)
-                self._query_vectors[query.text] = vec
-                while len(self._query_vectors) > self._query_cache_size:
-                    self._query_vectors.popitem(last=False)
-            else:
-                self._query_vectors.move_to_end(query.text)
+            text = query.text
+            vec = self._query_vectors.get(None, text, lambda: self._encode(text))
         norm = float(np.linalg.norm(vec))
         if not np.isfinite(norm):
             raise ValueError("query vector has non-finite values")

@@ -63,7 +63,7 @@ def rrf(score_arrays: Sequence[np.ndarray], weights: Sequence[float] | None = No
     return fused.astype(np.float32)
 
 
-# --- alternatives to RRF, searched on the train splits (experiments/embed_quality.py --select-adaptive) ------
+# --- alternatives to RRF, searched on the train splits (experiments/quality/embed_quality.py --select-adaptive) ------
 
 
 def normalized(scores: np.ndarray, how: str = "z") -> np.ndarray:

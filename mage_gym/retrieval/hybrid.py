@@ -21,15 +21,15 @@ the component scores from one pass (components are computed once).
 between the two dense channels per document, by the document's text density
 (:func:`document_text_density`): element-pooled vectors on sparse slides,
 page-text chunks on dense prose; its setting was searched on the train splits
-(``experiments/embed_quality.py --select-adaptive``).
+(``experiments/quality/embed_quality.py --select-adaptive``).
 """
 from __future__ import annotations
 
 from typing import Mapping, Sequence
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever, Scores
-from mage_gym.retrieval.cache import GraphIndexCache
 from mage_gym.retrieval.fusion import density_gate, rrf
 
 
@@ -120,9 +120,10 @@ class HybridRetriever:
 
 #: Text-density measures a gate can read (:func:`document_text_density`).
 DENSITY_FEATURES: tuple[str, ...] = ("chars_per_element", "mean_page_chars")
-#: ``hybrid_adaptive``'s settings: chosen by experiments/embed_quality.py --select-adaptive (gate parameters on the
+#: ``hybrid_adaptive``'s settings: chosen by experiments/quality/embed_quality.py --select-adaptive (gate parameters on the
 #: dev sets' TRAIN splits, the fusion family on their VAL splits; rule ADAPTIVE_SELECTION_RULE there);
-#: docs/results/embed_quality/. conf/retriever/hybrid_adaptive.yaml repeats them.
+#: docs/results/embed_quality/. conf/retriever/hybrid_adaptive.yaml repeats them (tests/test_config_defaults.py
+#: fails when the two disagree).
 HYBRID_ADAPTIVE: dict[str, object] = {"feature": "chars_per_element", "lo": 100.0, "width": 200.0, "k": 120.0,
                                       "bm25_weight": 1.0}
 
@@ -178,11 +179,12 @@ class DensityGatedHybrid(HybridRetriever):
                          weights={"bm25": bm25_weight, "dense": 0.5, "page_dense": 0.5}, k=k,
                          ignore_zero=ignore_zero, element_weights=element_weights, element_k=element_k, name=name)
         self.feature, self.lo, self.width, self.bm25_weight = feature, float(lo), float(width), float(bm25_weight)
-        self._density: GraphIndexCache[dict[str, float]] = GraphIndexCache(max_graphs)
+        self._density: Cache[dict[str, float]] = Cache("retrieval.hybrid_adaptive.density", max_graphs,
+                                                      per_graph=True)
 
     def gate(self, graph: EvidenceGraph) -> float:
         """The page-text dense channel's share ``g`` for this document (0..1)."""
-        density = self._density.get(graph, document_text_density)
+        density = self._density.get(graph, None, lambda: document_text_density(graph))
         return density_gate(density[self.feature], self.lo, self.width)
 
     def fuse(self, components: Mapping[str, Scores], gate: float = 0.5) -> Scores:

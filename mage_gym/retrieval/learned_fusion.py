@@ -30,7 +30,7 @@ once: the softmax over its pages, the target spread evenly over its gold
 pages) plus an L2 penalty, by L-BFGS from zero (deterministic). The shipped
 weights (``learned_fusion.json`` beside this module) were fitted on the dev
 sets' TRAIN splits, the feature set and penalty chosen on VAL by
-``experiments/embed_quality.py --select-learned`` (``LEARNED_SELECTION_RULE``
+``experiments/quality/embed_quality.py --select-learned`` (``LEARNED_SELECTION_RULE``
 there); the file records its command.
 
 :class:`LearnedFusionHybrid` (``get_retriever("hybrid_learned")``) ranks pages
@@ -48,9 +48,9 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever, Scores
-from mage_gym.retrieval.cache import GraphIndexCache
 from mage_gym.retrieval.fusion import competition_ranks, normalized, rrf
 from mage_gym.retrieval.hybrid import HybridRetriever
 
@@ -325,7 +325,8 @@ class LearnedFusionHybrid(HybridRetriever):
                          ignore_zero=ignore_zero, element_weights={"bm25": 1.0, "dense": 1.0, "page_dense": 0.0},
                          element_k=element_k, name=name)
         self.model = model if isinstance(model, LinearRanker) else LinearRanker.load(model)
-        self._docs: GraphIndexCache[tuple[dict[str, float], np.ndarray]] = GraphIndexCache(max_graphs)
+        self._docs: Cache[tuple[dict[str, float], np.ndarray]] = Cache("retrieval.hybrid_learned.documents",
+                                                                     max_graphs, per_graph=True)
 
     @staticmethod
     def _document(graph: EvidenceGraph) -> tuple[dict[str, float], np.ndarray]:
@@ -338,7 +339,7 @@ class LearnedFusionHybrid(HybridRetriever):
 
     def fuse_pages(self, graph: EvidenceGraph, query: Query, components: Mapping[str, Scores]) -> np.ndarray:
         """The model's page scores (float32 [n_pages]) from the components' scores."""
-        doc, el_page = self._docs.get(graph, self._document)
+        doc, el_page = self._docs.get(graph, None, lambda: self._document(graph))
         channels = {"bm25": components["bm25"].pages, "dense": components["dense"].pages,
                     "best_element": best_element_scores(components["dense"].elements, el_page, graph.n_pages),
                     "page_dense": components["page_dense"].pages}

@@ -31,18 +31,16 @@ import json
 import logging
 import os
 import re
-import threading
 import uuid
-from collections import OrderedDict
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Protocol
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Scores
-from mage_gym.retrieval.cache import GraphIndexCache
 from mage_gym.retrieval.text import page_text
 
 log = logging.getLogger(__name__)
@@ -235,7 +233,7 @@ def encoder_for_graph(graph: EvidenceGraph) -> TextEncoder:
     model = str(graph.meta.get("embed_model", "") or "")
     m = re.fullmatch(r"hashing-bow-(\d+)", model)
     if m:
-        from mage_gym.testing import HashingEncoder
+        from mage_gym.graph.hashing import HashingEncoder
 
         return HashingEncoder(int(m.group(1)))
     from mage_gym.graph.embed import get_encoder
@@ -268,10 +266,9 @@ class PageTextDenseRetriever:
         self.cache = bool(cache)
         self.cache_dir = None if cache_dir is None else str(cache_dir)
         self.progress = bool(progress)
-        self._indexes: GraphIndexCache[PageTextIndex] = GraphIndexCache(max_graphs)
+        self._indexes: Cache[PageTextIndex] = Cache("retrieval.page_dense.index", max_graphs, per_graph=True)
         # the same chunk texts share vectors across graph objects (a graph and its page-only view)
-        self._by_key: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._lock = threading.Lock()
+        self._by_key: Cache[np.ndarray] = Cache("retrieval.page_dense.vectors", max_graphs, owned=False)
         self._max_graphs = int(max_graphs)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -296,7 +293,7 @@ class PageTextDenseRetriever:
 
     def index(self, graph: EvidenceGraph) -> PageTextIndex:
         """The graph's chunk vectors: in memory, else from the disk cache, else encoded (then stored)."""
-        return self._indexes.get(graph, self._build)
+        return self._indexes.get(graph, None, lambda: self._build(graph))
 
     def _build(self, graph: EvidenceGraph) -> PageTextIndex:
         chunks = page_chunks(graph, self.chunk_chars)
@@ -308,21 +305,15 @@ class PageTextDenseRetriever:
                              element_page=element_page, key=key)
 
     def _vectors(self, key: str, chunks: PageChunks, encoder: TextEncoder, doc_id: str) -> np.ndarray:
-        with self._lock:
-            hit = self._by_key.get(key)
-            if hit is not None:
-                self._by_key.move_to_end(key)
-                return hit
+        return self._by_key.get(None, key, lambda: self._load_or_encode(key, chunks, encoder, doc_id))
+
+    def _load_or_encode(self, key: str, chunks: PageChunks, encoder: TextEncoder, doc_id: str) -> np.ndarray:
         store = ChunkVectorStore(self.cache_dir) if self.cache else None
         vectors = store.load(key, len(chunks.texts)) if store is not None else None
         if vectors is None:
             vectors = self._encode(encoder, chunks.texts, doc_id)
             if store is not None:
                 store.save(key, vectors)
-        with self._lock:
-            self._by_key[key] = vectors
-            while len(self._by_key) > self._max_graphs:
-                self._by_key.popitem(last=False)
         return vectors
 
     def _encode(self, encoder: TextEncoder, texts: list[str], doc_id: str) -> np.ndarray:
@@ -330,10 +321,10 @@ class PageTextDenseRetriever:
             return np.zeros((0, int(getattr(encoder, "dim", 0) or 0)), dtype=np.float32)
         if len(texts) <= _BLOCK:
             return _unit_rows(encoder.encode(texts))
-        from tqdm import tqdm
+        from mage_gym.progress import progress_bar
 
         parts = []
-        bar = tqdm(range(0, len(texts), _BLOCK), desc=f"page-text vectors {doc_id[:30]}", unit="block",
+        bar = progress_bar(range(0, len(texts), _BLOCK), desc=f"page-text vectors {doc_id[:30]}", unit="block",
                    disable=None if self.progress else True, leave=False)
         for lo in bar:
             parts.append(np.asarray(encoder.encode(texts[lo: lo + _BLOCK]), dtype=np.float32))

@@ -42,9 +42,9 @@ from typing import Any, Mapping
 
 import numpy as np
 
+from mage_gym.cache import Cache
 from mage_gym.graph.graph import EvidenceGraph
 from mage_gym.retrieval.base import Query, Retriever, Scores
-from mage_gym.retrieval.cache import GraphIndexCache
 
 COMBINES = ("ce", "rrf")
 
@@ -153,19 +153,18 @@ class RerankedRetriever:
         self.cache_dir = None if cache_dir is None else str(cache_dir)
         self.name = str(name)
         self.passages = PageTextDenseRetriever(chunk_chars=chunk_chars, cache=bool(cache), max_graphs=max_graphs)
-        self._chunks: GraphIndexCache[Any] = GraphIndexCache(max_graphs)
+        self._chunks: Cache[Any] = Cache("retrieval.hybrid_rerank.chunks", max_graphs, per_graph=True)
         first_components = dict(getattr(first_stage, "components", {}) or {first_stage.name: first_stage})
         self.components: dict[str, Any] = {**first_components, "cross_encoder": CrossEncoderChannel(self)}
         self.observed: dict[str, Any] = {}
         self.last_pairs = 0  # (question, passage) pairs the last scoring read (0 when served from the cache)
 
     def __getstate__(self) -> dict[str, Any]:
-        state = {k: v for k, v in self.__dict__.items() if k not in ("_chunks", "components")}
+        state = {k: v for k, v in self.__dict__.items() if k != "components"}
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._chunks = GraphIndexCache(8)
         first_components = dict(getattr(self.first_stage, "components", {}) or {self.first_stage.name: self.first_stage})
         self.components = {**first_components, "cross_encoder": CrossEncoderChannel(self)}
 
@@ -201,7 +200,7 @@ class RerankedRetriever:
         """The passages read for ``pages``: each page's ``chunks_per_page`` chunks of best dense cosine."""
         from mage_gym.retrieval.page_text import page_chunks
 
-        chunks = self._chunks.get(graph, lambda g: page_chunks(g, self.passages.chunk_chars))
+        chunks = self._chunks.get(graph, None, lambda: page_chunks(graph, self.passages.chunk_chars))
         texts, owners = [], []
         if not len(chunks.texts):
             return texts, owners

@@ -249,7 +249,7 @@ def generate_corpus(out_dir: str | os.PathLike[str], n_docs: int, seed: int = 0,
     (:mod:`mage_gym.data.synth.provenance`); ``None`` takes the role of the
     seed's range. The generator version, seed and role go into ``corpus.json``.
     """
-    from tqdm import tqdm
+    from mage_gym.progress import progress_bar
 
     if n_docs < 1:
         raise ValueError(f"n_docs must be >= 1, got {n_docs}")
@@ -260,7 +260,7 @@ def generate_corpus(out_dir: str | os.PathLike[str], n_docs: int, seed: int = 0,
     t0, cpu0 = time.perf_counter(), _cpu_seconds()
     jobs = [(str(root), i, seed, cfg) for i in range(n_docs)]
     results: list[DocResult] = []
-    bar = tqdm(total=n_docs, desc="synth docs", unit="doc", disable=not progress)
+    bar = progress_bar(total=n_docs, desc="synth docs", unit="doc", disable=not progress)
     if workers <= 1 or n_docs == 1:
         for job in jobs:
             results.append(_generate_star(job))

@@ -24,7 +24,7 @@ the layout file can list exact mention -> target pairs.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import Any, Iterator, Protocol
 
 import numpy as np
 
@@ -55,8 +55,22 @@ from mage_gym.data.synth.vocab import (
 )
 from mage_gym.data.synth.world import FactKey, World, format_number
 
-if TYPE_CHECKING:  # pragma: no cover
-    from mage_gym.data.synth.bridge import BridgePlanner
+
+class BridgeHooks(Protocol):
+    """Where a bridge planner (:class:`~mage_gym.data.synth.bridge.BridgePlanner`) adds its material.
+
+    A protocol rather than an import: the bridge planner builds on this module, not the other way round.
+    """
+
+    def front_matter(self) -> Iterator[list[Block]]: ...
+
+    def after_subsection_intro(self, info: "SectionInfo") -> Iterator[list[Block]]: ...
+
+    def before_content(self, theme: Theme) -> Iterator[list[Block]]: ...
+
+    def subsection_end(self, info: "SectionInfo", number: str) -> Iterator[list[Block]]: ...
+
+    def chapter_end(self, number: str) -> Iterator[list[Block]]: ...
 
 #: Block ids of bridge material start here (classic blocks count from 0).
 BRIDGE_ID_BASE = 100_000
@@ -124,7 +138,7 @@ class Planner:
     """Streams block groups for one document; see module docstring."""
 
     def __init__(self, world: World, cfg: SynthConfig, rng: np.random.Generator,
-                 bridge: "BridgePlanner | None" = None) -> None:
+                 bridge: BridgeHooks | None = None) -> None:
         self.w = world
         self.cfg = cfg
         self.rng = rng

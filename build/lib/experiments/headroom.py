@@ -1,0 +1,109 @@
+"""Headroom: how much page recall a controller could gain by navigating the graph (privileged: reads gold).
+
+Run (from the repo root; one dataset per run, every dev set in turn):
+
+    .venv/bin/python experiments/headroom.py dataset=mmlongbench dataset.split=train env.parser=fast
+    .venv/bin/python experiments/headroom.py dataset=synth dataset.root=data_out/synth/tiny_seed0 \
+        env.parser=fast 'ks=[3,5]'
+
+Per budget k: the env retriever's top-k / top-2k / top-3k page recall; the
+privileged oracle's page recall, pages and tokens under the same budget; for
+the gold pages the entry pages miss, the share within one and two hops of
+each relation kind beside its chance level, the share among the K slots at
+reset, and the frontier rank of the reachable ones; and the slot-limited
+reach: the share of those pages that the env's own K slots show after 0,
+<= 1 and <= 2 activations of slot candidates (run on copies of the env's
+state through its own transition; the two-step search is capped by
+``slot_reach.width`` and ``slot_reach.max_pairs``), per relation kind, beside
+its chance level (:mod:`experiments.common.headroom` defines each). Writes
+``results.json``::
+
+    {"runs": [{"dataset", "split", "budget", "privileged": true,
+               "metrics": {"episodes", "topk_recall", "top2k_recall", "top3k_recall", "oracle_recall",
+                           "oracle_pages", "oracle_tokens", "reach_1hop": {kind: share},
+                           "reach_2hop": {kind: share}, "chance_1hop": {kind: share}, "chance_2hop": ...,
+                           "missed_in_slots_at_reset", "frontier_rank_of_reachable_gold",
+                           "slot_reach_0", "slot_reach_1", "slot_reach_2": {kind: share},
+                           "slot_chance_0", "slot_chance_1", "slot_chance_2": {kind: share},
+                           "slot_gold_share": {level: share}, "slot_frontier_rank_0" .. "_2": {median, mean, n},
+                           "slot_search": {width, max_pairs, episodes, capped_episodes, mean_states_1, ...},
+                           ...}}]}
+
+and ``episodes.jsonl`` (one row per episode and budget). Every row is
+privileged: it is an upper-bound reference, never a policy to compare with.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import hydra
+from omegaconf import DictConfig
+from mage_gym.progress import progress_bar
+
+from experiments.common.benchmarking import benchmark_episodes
+from experiments.common.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
+from experiments.common.envs import make_env
+from experiments.common.episodes import episode_of
+from experiments.common.headroom import aggregate, measure_episode, run_oracle
+from experiments.common.results import budget_dict, write_json
+from mage_gym.graph.schema import EDGE_KINDS
+from mage_gym.jsonio import json_default
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="headroom")
+@exit_on_config_error
+def main(cfg: DictConfig) -> None:
+    quiet_libraries()
+    c = plain(cfg)
+    ks = [int(k) for k in c.get("ks") or []]
+    if not ks or min(ks) < 1:
+        raise ConfigError(f"ks must be a non-empty list of entry-page counts >= 1, got {c.get('ks')!r}")
+    out = run_dir()
+    episodes = benchmark_episodes(c)
+    ds = section(c, "dataset")
+    kinds = [k for k in EDGE_KINDS if k != "containment"]  # containment stays on a page: it reaches no new page
+    seed = int(c.get("seed", 0))
+    slot_cfg = c.get("slot_reach") or {}
+    slot_width = None if slot_cfg.get("width") is None else int(slot_cfg["width"])
+    slot_max_pairs = None if slot_cfg.get("max_pairs") is None else int(slot_cfg["max_pairs"])
+    runs, rows = [], []
+    for k in ks:
+        budget = budget_dict({**(section(c, "env").get("budget") or {}), "k": k})
+        env_cfg = {**section(c, "env"), "budget": budget, "privileged": True}
+        env = make_env(episodes, {**c, "env": env_cfg}, max_graphs=8)
+        measured = []
+        for i, item in enumerate(progress_bar(episodes, desc=f"headroom k={k}", unit="ep")):
+            ep = episode_of(item)
+            h = measure_episode(env, ep.episode_id, seed + i, k, kinds, window=ep.page_window,
+                                slot_search=bool(slot_cfg.get("enabled", True)), slot_width=slot_width,
+                                slot_max_pairs=slot_max_pairs)
+            if h is None:
+                continue
+            if c.get("oracle", True):
+                h.oracle = run_oracle(env, ep.episode_id, seed + i)
+            measured.append(h)
+            row = dataclasses.asdict(dataclasses.replace(h, slot=None))
+            row["slot"] = h.slot.to_row() if h.slot is not None else None
+            rows.append({"budget": budget, "privileged": True, **row})
+        env.close()
+        runs.append({"dataset": ds["name"], "split": ds.get("split", "all"), "budget": budget, "privileged": True,
+                     "metrics": aggregate(measured, kinds)})
+        m = runs[-1]["metrics"]
+        print(f"k={k}: {m['episodes']} episodes, top-k {m['topk_recall']}, top-2k {m['top2k_recall']}, "
+              f"top-3k {m['top3k_recall']}, oracle {m['oracle_recall']} ({m['oracle_pages']} pages); "
+              f"missed gold reachable in 1 hop (any relation) {m['reach_1hop']['any']} "
+              f"vs chance {m['chance_1hop']['any']}")
+        if "slot_reach_2" in m:
+            print(f"    in the K slots (any relation), after 0 / <=1 / <=2 activations: "
+                  f"{m['slot_reach_0']['any']} / {m['slot_reach_1']['any']} / {m['slot_reach_2']['any']} vs chance "
+                  f"{m['slot_chance_0']['any']} / {m['slot_chance_1']['any']} / {m['slot_chance_2']['any']}")
+    write_json(out / "results.json", {"runs": runs})
+    with open(out / "episodes.jsonl", "w") as f:
+        for r in rows:
+            f.write(json.dumps(r, default=json_default) + "\n")
+    print(f"results: {out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

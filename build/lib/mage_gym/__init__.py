@@ -1,0 +1,40 @@
+"""mage-gym: Gymnasium environments for evidence controllers (MAGE-RAG setting).
+
+``import mage_gym`` registers ``MageRAG-v0`` (the entry point is a string, so
+nothing heavy is imported until ``gym.make``)::
+
+    import gymnasium as gym, mage_gym
+    env = gym.make("MageRAG-v0", episodes=pairs)          # or gym.make("mage_gym:MageRAG-v0", ...)
+"""
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+ENV_ID = "MageRAG-v0"
+
+
+def _register() -> None:
+    import gymnasium as gym
+
+    if ENV_ID not in gym.registry:
+        gym.register(id=ENV_ID, entry_point="mage_gym.env.factory:make_mage_rag")
+
+
+_register()
+
+
+def __getattr__(name: str) -> Any:
+    """``mage_gym.make_env`` / ``mage_gym.make_training_env`` without importing the env at ``import mage_gym``."""
+    if name == "make_env":
+        from mage_gym.env import make_env
+
+        return make_env
+    if name == "make_training_env":
+        from mage_gym.env.factory import make_training_env
+
+        return make_training_env
+    raise AttributeError(f"module 'mage_gym' has no attribute {name!r}")
+
+
+__all__ = ["ENV_ID", "__version__", "make_env", "make_training_env"]

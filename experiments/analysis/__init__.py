@@ -1,0 +1,1 @@
+"""Entry points: analysis scripts (see experiments/__init__.py)."""

@@ -1,0 +1,1 @@
+"""Entry points: perf scripts (see experiments/__init__.py)."""

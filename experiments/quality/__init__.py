@@ -1,0 +1,1 @@
+"""Entry points: quality scripts (see experiments/__init__.py)."""

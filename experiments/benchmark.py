@@ -35,7 +35,7 @@ from omegaconf import DictConfig
 
 from mage_gym.bench.benchmark import RunStopped, benchmark, check_config
 from policies import REGISTRY
-from mage_gym.bench.config import exit_on_config_error, plain, quiet_libraries, run_dir, set_threads
+from mage_gym.bench.config import exit_on_config_error, link_latest, plain, quiet_libraries, run_dir, set_threads
 from mage_gym.bench.tracking import make_logger, run_name
 
 
@@ -55,6 +55,7 @@ def main(cfg: DictConfig) -> None:
     finally:
         logger.finish()
     print(res["table"])
+    link_latest(out)
     print(f"\nresults: {out / 'results.json'}")
 
 

@@ -15,7 +15,7 @@ reach: the share of those pages that the env's own K slots show after 0,
 <= 1 and <= 2 activations of slot candidates (run on copies of the env's
 state through its own transition; the two-step search is capped by
 ``slot_reach.width`` and ``slot_reach.max_pairs``), per relation kind, beside
-its chance level (:mod:`experiments.common.headroom` defines each).
+its chance level (:mod:`mage_gym.bench.headroom` defines each).
 
 ``sources`` (on by default) splits the oracle's headroom by where it comes
 from, at equal tokens against topk_page (:mod:`mage_gym.bench.headroom_sources`):
@@ -59,13 +59,23 @@ from mage_gym.bench.benchmark import benchmark_episodes
 from mage_gym.bench.config import ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section
 from mage_gym.bench.envs import make_env
 from mage_gym.bench.episodes import episode_of
-from experiments.common.headroom import aggregate, measure_episode, run_oracle
+from mage_gym.bench.headroom import aggregate, measure_episode
 from mage_gym.bench.headroom_sources import played_figures, report_sources, sources_for_env
 from mage_gym.bench.results import budget_dict, write_json
 from mage_gym.graph.schema import EDGE_KINDS
 from mage_gym.jsonio import json_default
 from mage_gym.bench.play import run_episode
+from policies.oracle import OraclePolicy
 from policies.topk_elements import TopKElementsPolicy
+
+
+def run_oracle(env: Any, episode_id: str, seed: int) -> dict[str, Any]:
+    """The oracle's page recall, pages and tokens on one episode (privileged env)."""
+    policy = OraclePolicy(env)
+    r = run_episode(env, policy, episode_id, seed=seed)
+    m = r.metrics
+    return {"recall": m.get("evidence_page_recall"), "pages": m.get("pages_rendered"),
+            "tokens": m.get("tokens_rendered")}
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="headroom")

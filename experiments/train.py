@@ -37,7 +37,7 @@ from __future__ import annotations
 import hydra
 from omegaconf import DictConfig
 
-from mage_gym.bench.config import exit_on_config_error, plain, quiet_libraries, run_dir
+from mage_gym.bench.config import exit_on_config_error, link_latest, plain, quiet_libraries, run_dir
 from mage_gym.bench.results import fmt
 from mage_gym.bench.tracking import make_logger, run_name
 from policies.training.recipe import check_config, recipe_of, train
@@ -59,6 +59,7 @@ def main(cfg: DictConfig) -> None:
     print(f"checkpoint: {summary['checkpoint']}  ({sps}{summary['selection']})")
     if summary["final_eval"]:
         print({k: fmt(v) for k, v in summary["final_eval"].items()})
+    link_latest(out)
     print(f"results: {out / 'results.json'}")
 
 

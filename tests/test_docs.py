@@ -9,7 +9,7 @@ README = (REPO / "README.md").read_text(encoding="utf-8")
 
 
 def test_readme_is_short_and_uses_wrapper_access_only() -> None:
-    assert len(README.encode("utf-8")) <= 15 * 1024
+    assert len(README.encode("utf-8")) <= 15_000
     assert ".unwrapped" not in README and "1 + 5K" not in README
 
 

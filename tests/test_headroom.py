@@ -10,8 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.common.headroom import aggregate, measure_episode, neighbourhood_pages
-from mage_gym.bench.headroom_sources import page_order_in_window
+from mage_gym.bench.headroom import aggregate, measure_episode, neighbourhood_pages, page_order_in_window
 from mage_gym.env import MageRAGEnv
 from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.testing import make_toy_graph

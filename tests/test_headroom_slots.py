@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.common.headroom import (ANY, SlotReach, aggregate_slot_reach, measure_episode, slot_activations,
+from mage_gym.bench.headroom import (ANY, SlotReach, aggregate_slot_reach, measure_episode, slot_activations,
                                          slot_reach)
 from mage_gym.env import MageRAGEnv
 from mage_gym.testing import hash_query_fn, toy_episodes

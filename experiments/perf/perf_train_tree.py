@@ -80,10 +80,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from mage_gym.bench.episodes import episode_of, load_episodes, prepare_graphs
         from policies.training.recipe import evaluate, shaping_kwargs
     except ImportError:  # older trees: the same functions under experiments/common
-        from mage_gym.bench.config import plain, quiet_libraries  # type: ignore[no-redef]
-        from mage_gym.bench.envs import make_env  # type: ignore[no-redef]
-        from mage_gym.bench.episodes import episode_of, load_episodes, prepare_graphs  # type: ignore[no-redef]
-        from policies.training.recipe import evaluate, shaping_kwargs  # type: ignore[no-redef]
+        from experiments.common.config import plain, quiet_libraries  # type: ignore[no-redef]
+        from experiments.common.envs import make_env  # type: ignore[no-redef]
+        from experiments.common.episodes import episode_of, load_episodes, prepare_graphs  # type: ignore[no-redef]
+        from experiments.common.training import evaluate, shaping_kwargs  # type: ignore[no-redef]
     from policies.ppo import build_model
 
     quiet_libraries()

@@ -78,6 +78,24 @@ def run_dir() -> Path:
         return Path.cwd()
 
 
+def link_latest(out: Path) -> Path | None:
+    """Point ``<parent>/latest`` at run folder ``out`` (a relative symlink), so docs can name the newest run.
+
+    Only a symlink named ``latest`` is ever replaced; where links are not
+    allowed (some filesystems) nothing happens and None is returned.
+    """
+    link = out.parent / "latest"
+    try:
+        if link.is_symlink():
+            link.unlink()
+        elif link.exists():
+            return None
+        link.symlink_to(out.name, target_is_directory=True)
+    except OSError:
+        return None
+    return link
+
+
 def section(cfg: Mapping[str, Any], key: str) -> dict[str, Any]:
     """``cfg[key]`` as a plain dict (empty when absent or null)."""
     return dict(plain(cfg.get(key)) or {})

@@ -21,7 +21,7 @@ input, so its gain at equal tokens is the headroom of that one source:
 - ``adaptive_stop@C``: the retriever's order, but each question stops at
   the smallest k in 1..C that already holds every gold page of the top C;
 - the navigating oracle (:class:`policies.oracle.OraclePolicy`, played
-  through the env under the same budget: :func:`experiments.common.headroom.run_oracle`).
+  through the env under the same budget: :func:`experiments.headroom.run_oracle`).
 
 Every figure is computed on node-state tables with the env's own render
 (:func:`mage_gym.render.render`, token rule included) and coverage rule
@@ -245,18 +245,11 @@ def played_figures(metrics: Mapping[str, Any]) -> dict[str, float]:
             "pages": float(metrics.get("pages_rendered") or 0)}
 
 
-def page_order_in_window(order: Sequence[int], window: tuple[int, int] | None) -> list[int]:
-    """The retriever's page order restricted to the episode's page window (LongDocURL), as the env does."""
-    if window is None:
-        return [int(p) for p in order]
-    lo, hi = int(window[0]), int(window[1])
-    return [int(p) for p in order if lo <= int(p) <= hi]
-
-
 def sources_for_env(env: Any, episode: Any, k: int, kmax: int, depths: Sequence[int] = RERANK_DEPTHS
                     ) -> SourceFigures | None:
     """:func:`measure_sources` for the episode ``env`` (privileged) was just reset on (its page order, node order,
     gold view, question and render config)."""
+    from mage_gym.bench.headroom import page_order_in_window
     from mage_gym.env.relevance import episode_relevance
 
     get = env.get_wrapper_attr

@@ -20,8 +20,8 @@ module measures, per episode:
   and slot layout, attributed to the edge kinds joining that node to the
   working set, beside the chance level (the share of non-entry pages the
   slots show); unlike the hop reach it counts only what a controller can see;
-- the privileged oracle (:class:`policies.oracle.OraclePolicy`) under the
-  same budget: page recall, pages and tokens rendered.
+- (in ``experiments/headroom.py``) the privileged oracle under the same
+  budget: page recall, pages and tokens rendered.
 
 Hops are counted over graph nodes: the working set is the entry pages and
 their elements; one hop is any node joined to it by an edge of the kind, two
@@ -33,8 +33,6 @@ from dataclasses import dataclass, field
 from typing import Any, Sequence
 
 import numpy as np
-
-from mage_gym.bench.headroom_sources import page_order_in_window
 
 ANY = "any"
 #: Slot-reach search caps. ``width``: second activations are tried on the first ``width`` slots of each
@@ -97,6 +95,14 @@ def neighbourhood_pages(graph: Any, entry_pages: Sequence[int], kinds: Sequence[
     return pages_by_hop(graph, entry_pages, kinds, hops)[-1]
 
 
+def page_order_in_window(order: Sequence[int], window: tuple[int, int] | None) -> list[int]:
+    """The retriever's page order restricted to the episode's page window (LongDocURL), as the env does."""
+    if window is None:
+        return [int(p) for p in order]
+    lo, hi = int(window[0]), int(window[1])
+    return [int(p) for p in order if lo <= int(p) <= hi]
+
+
 def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequence[str],
                     window: tuple[int, int] | None = None,
                     multiples: Sequence[int] = (1, 2, 3), slot_search: bool = True,
@@ -150,18 +156,6 @@ def measure_episode(env: Any, episode_id: str, seed: int, k: int, kinds: Sequenc
                        max_pairs=slot_max_pairs) if slot_search else None)
     return EpisodeHeadroom(episode_id=episode_id, gold_pages=len(gold), missed=len(missed), recall_at=recall_at,
                            reach=reach, hood=hood, in_slots=in_slots, frontier_ranks=frontier_ranks, slot=slot)
-
-
-def run_oracle(env: Any, episode_id: str, seed: int) -> dict[str, Any]:
-    """The oracle's page recall, pages and tokens on one episode (privileged env)."""
-    from policies.oracle import OraclePolicy
-    from mage_gym.bench.play import run_episode
-
-    policy = OraclePolicy(env)
-    r = run_episode(env, policy, episode_id, seed=seed)
-    m = r.metrics
-    return {"recall": m.get("evidence_page_recall"), "pages": m.get("pages_rendered"),
-            "tokens": m.get("tokens_rendered")}
 
 
 def aggregate(rows: Sequence[EpisodeHeadroom], kinds: Sequence[str]) -> dict[str, Any]:

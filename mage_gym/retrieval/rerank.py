@@ -122,13 +122,14 @@ class RerankedRetriever:
     ``chunks_per_page``: passages read per page; ``chunk_chars``: passage size (the page-text channel's);
     ``combine``: ``ce`` or ``rrf``; ``rrf_k``; ``rerank_searches``; ``cache`` / ``cache_dir``: the on-disk score
     cache (``"write"``: scores are always computed and then stored, e.g. to time them while filling the cache);
-    ``checkpoint``: another adapter folder for the default scorer.
+    ``checkpoint``: another adapter folder for the default scorer. The defaults of ``depth``, ``chunks_per_page``
+    and ``combine`` are the settings the VAL splits chose for the shipped adapter (its ``adapter.json``, ``val``).
     """
 
     name = "hybrid_rerank"
 
-    def __init__(self, first_stage: Retriever, scorer: Any = None, depth: int = 20, chunks_per_page: int = 2,
-                 chunk_chars: int = 1000, combine: str = "ce", rrf_k: float = 60.0, rerank_searches: bool = False,
+    def __init__(self, first_stage: Retriever, scorer: Any = None, depth: int = 10, chunks_per_page: int = 2,
+                 chunk_chars: int = 1000, combine: str = "rrf", rrf_k: float = 60.0, rerank_searches: bool = False,
                  cache: bool | str = True, cache_dir: str | Path | None = None, checkpoint: str | None = None,
                  max_graphs: int = 8, name: str = "hybrid_rerank") -> None:
         if not hasattr(first_stage, "score"):

@@ -16,7 +16,12 @@ Modes:
   so page-level retrieval means the same in both modes. A page whose whole
   text was sent is listed in ``page_text_ids``: for coverage it counts as a
   page image would (:mod:`mage_gym.coverage`); a clipped or empty page text
-  is not listed, since the reader may not have received the evidence.
+  is not listed, since the reader may not have received the evidence;
+- ``elements`` (element granularity: no page is ever sent whole): an activated
+  page is sent as its summary only; opened elements carry the content, with
+  crops for figures, charts and tables as in ``visual``. What a controller
+  that reads regions instead of pages sends (``topk_elements``); no page
+  counts as whole for coverage, so gold is reached through opened elements.
 
 Pruned nodes never appear. Document text is XML-escaped, so a document cannot
 forge markup. Images are referenced in the XML with ``<image ref="node_id"/>``
@@ -42,7 +47,7 @@ from mage_gym.graph.schema import VISUAL_TYPES, Element, Page
 from mage_gym.graph.union import page_label
 from mage_gym.readers.base import RenderedImage, RenderedInput
 
-RENDER_MODES: tuple[str, ...] = ("visual", "text")
+RENDER_MODES: tuple[str, ...] = ("visual", "text", "elements")
 _ACTIVATED, _OPENED = 1, 2
 _ESC = {'"': "&quot;"}
 
@@ -126,7 +131,7 @@ class _Fragment:
     whole_text: bool = False  # an activated page whose whole text is in ``text`` (text mode)
 
 
-def _fragment_memo(memo: dict | None, visual: bool, cfg: RenderConfig) -> tuple[dict, dict]:
+def _fragment_memo(memo: dict | None, mode: str, cfg: RenderConfig) -> tuple[dict, dict]:
     """The (pages, elements) fragment dicts of ``memo`` for (mode, config); fresh ones when there is no memo.
 
     Keyed by ``2 * index + state bit`` (activated / opened): int keys, so a
@@ -134,19 +139,20 @@ def _fragment_memo(memo: dict | None, visual: bool, cfg: RenderConfig) -> tuple[
     """
     if memo is None:
         return {}, {}
-    pair = memo.get((visual, cfg))
+    pair = memo.get((mode, cfg))
     if pair is None:
-        pair = memo.setdefault((visual, cfg), ({}, {}))
+        pair = memo.setdefault((mode, cfg), ({}, {}))
     return pair
 
 
-def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
+def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, mode: str, cfg: RenderConfig) -> _Fragment:
     page = graph.pages[p]
     number, doc = page_label(graph, p)  # a union of documents: the page's own number and its document
     doc_attr = "" if doc is None else f' doc="{esc(doc)}"'
     frag = [f'<page id="{esc(page.node_id)}" index="{p}" number="{number}"{doc_attr}>\n']
     image, img_tok = None, 0
-    if activated and not visual:
+    visual = mode == "visual"
+    if activated and mode == "text":
         frag.append(f"<text>{esc(_clip(page.text, cfg.max_opened_chars))}</text>\n")
     elif activated:
         frag.append(f"<summary>{esc(_clip(page.summary or page.text, cfg.max_summary_chars))}</summary>\n")
@@ -157,7 +163,7 @@ def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, visual: bool, 
                                   width=w, height=h, _loader=_page_loader(graph, p, cfg))
             frag.append(f'<image ref="{esc(page.node_id)}" kind="page" width="{w}" height="{h}"/>\n')
     text = "".join(frag)
-    whole_text = activated and not visual and page_text_whole(page, cfg)
+    whole_text = activated and mode == "text" and page_text_whole(page, cfg)
     # the page's own share of tokens includes its closing tag
     return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok, page.node_id,
                      whole_text)
@@ -168,24 +174,28 @@ def page_text_whole(page: Page, cfg: RenderConfig) -> bool:
     return 0 < len(page.text) <= cfg.max_opened_chars
 
 
-def whole_text_pages(graph: EvidenceGraph, config: RenderConfig | dict | None = None) -> np.ndarray:
-    """bool [n_pages]: pages whose whole text an activated page node sends in ``text`` mode.
+def whole_text_pages(graph: EvidenceGraph, config: RenderConfig | dict | None = None,
+                     mode: str = "text") -> np.ndarray:
+    """bool [n_pages]: pages whose whole text an activated page node sends in ``text`` mode (``elements``
+    mode: none, an activated page sends its summary only).
 
     What :func:`mage_gym.coverage.state_masks` needs to apply the coverage
     rule to a node-state table without rendering it (oracle, shaping).
     """
     cfg = RenderConfig.coerce(config)
+    if mode == "elements":
+        return np.zeros(graph.n_pages, dtype=bool)
     return np.fromiter((page_text_whole(p, cfg) for p in graph.pages), dtype=bool, count=graph.n_pages)
 
 
-def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, visual: bool, cfg: RenderConfig) -> _Fragment:
+def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, mode: str, cfg: RenderConfig) -> _Fragment:
     el = graph.elements[j]
     head = f'<element id="{esc(el.node_id)}" type="{esc(el.type)}" state="{"opened" if opened else "activated"}">'
     image, img_tok = None, 0
     if opened:
         body = el.table_markdown if (el.type == "table" and el.table_markdown) else el.text
         inner = f"<content>{esc(_clip(body, cfg.max_opened_chars))}</content>"
-        if visual and el.type in VISUAL_TYPES:
+        if mode != "text" and el.type in VISUAL_TYPES:
             page = graph.pages[el.page]
             w, h = _crop_size_px(page, el, cfg)
             img_tok = image_tokens(w, h, cfg)
@@ -215,8 +225,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
     if st.shape != (graph.n_nodes,):
         raise ValueError(f"node-state table has shape {st.shape}; graph has {graph.n_nodes} nodes")
     n_pages = graph.n_pages
-    visual = mode == "visual"
-    page_memo, el_memo = _fragment_memo(memo, visual, cfg)
+    page_memo, el_memo = _fragment_memo(memo, mode, cfg)
     page_on = st[:n_pages] == _ACTIVATED
     el_idx = ((st[n_pages:] == _ACTIVATED) | (st[n_pages:] == _OPENED)).nonzero()[0]
     el_page = graph.node_page[el_idx + n_pages]
@@ -239,7 +248,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
         on = page_on_l[p]
         frag = page_memo.get(2 * p + on)
         if frag is None:
-            frag = page_memo[2 * p + on] = _page_fragment(graph, p, on, visual, cfg)
+            frag = page_memo[2 * p + on] = _page_fragment(graph, p, on, mode, cfg)
         parts.append(frag.text)
         if on:  # a page shown only as the container of its rendered elements is not a rendered node
             shown_frags.append(frag)
@@ -251,7 +260,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
             j, opened = el_idx_l[i], el_opened[i]
             ef = el_memo.get(2 * j + opened)
             if ef is None:
-                ef = el_memo[2 * j + opened] = _element_fragment(graph, j, opened, visual, cfg)
+                ef = el_memo[2 * j + opened] = _element_fragment(graph, j, opened, mode, cfg)
             parts.append(ef.text)
             shown_frags.append(ef)
             if opened:

@@ -119,7 +119,8 @@ class PotentialShaping(TransitionWrapper):
             from mage_gym.render import whole_text_pages
 
             self._whole_text = whole_text_pages(self.env.get_wrapper_attr("graph"),
-                                                self.env.get_wrapper_attr("render_config"))
+                                                self.env.get_wrapper_attr("render_config"),
+                                                self.env.get_wrapper_attr("render_mode"))
         self._phi = self._potential()
         return obs, info
 

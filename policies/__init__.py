@@ -19,6 +19,7 @@ POLICIES: dict[str, tuple[str, str]] = {
     "random": ("policies.random", "RandomPolicy"),
     "topk_page": ("policies.topk_page", "TopKPagePolicy"),
     "topk_text": ("policies.topk_text", "TopKTextPolicy"),
+    "topk_elements": ("policies.topk_elements", "TopKElementsPolicy"),
     "heuristic": ("policies.heuristic", "HeuristicPolicy"),
     "graph_follower": ("policies.graph_follower", "GraphFollowerPolicy"),  # reads the env's public graph
     "llm_evaluator": ("policies.llm_evaluator", "LLMEvaluatorPolicy"),

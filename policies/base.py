@@ -12,6 +12,8 @@ from typing import Any, Mapping
 import numpy as np
 
 from mage_gym.bench.protocol import Action, EnvInfo
+from mage_gym.render import RENDER_MODES
+
 
 class BasePolicy:
     """Defaults for the protocol's attributes plus per-run counters (``stats``)."""
@@ -21,8 +23,8 @@ class BasePolicy:
     uses_text_view = False
 
     def __init__(self, render_mode: str | None = None, **unused: Any) -> None:
-        if render_mode not in (None, "visual", "text"):
-            raise ValueError(f"render_mode must be visual, text or null, got {render_mode!r}")
+        if render_mode not in (None, *RENDER_MODES):
+            raise ValueError(f"render_mode must be one of {RENDER_MODES} or null, got {render_mode!r}")
         if unused:
             raise TypeError(f"{type(self).__name__}: unknown options {sorted(unused)}")
         self.render_mode = render_mode

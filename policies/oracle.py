@@ -10,13 +10,13 @@ every row it produces says ``"privileged": true``.
 
 Greedy, one decision at a time (first rule that applies wins):
 
-1. **open** (text mode): an activated gold element of an uncovered item is
+1. **open** (text and elements modes): an activated gold element of an uncovered item is
    opened (the reader gets its full text); for an uncovered page-level item,
    an activated element of its page;
 2. **activate** a slot that is itself gold for an uncovered item (a gold page:
    ActivatePage; a gold element: ActivateNode, which brings its page);
 3. **activate** the page of an uncovered item through a slot on that page
-   (its page node first, else any unvisited element of it); in text mode an
+   (its page node first, else any unvisited element of it); in text (and elements) mode an
    active page of an uncovered page-level item gets an element activated
    (to be opened by rule 1: a page's summary covers nothing);
 4. **activate** a gold element of an already covered item when it is still
@@ -35,7 +35,7 @@ Greedy, one decision at a time (first rule that applies wins):
 An item counts as covered by the env's own rule (:func:`mage_gym.coverage.cover`,
 the rule of support, page recall and all-covered): the reader gets its page
 image (an active page in ``visual`` mode; in ``text`` mode its whole text, when
-it fits the reader's limit) or the full text of an opened gold
+it fits the reader's limit; in ``elements`` mode never) or the full text of an opened gold
 element (element gold) or of any opened element on its page (page-level
 gold). Because it is greedy and never
 looks beyond the slots, its recall is a lower bound on what the best
@@ -82,7 +82,8 @@ class OraclePolicy(EnvBoundPolicy):
         self._node_page = np.asarray(graph.node_page)
         self._n_pages = int(graph.n_pages)
         self._mode = self.render_mode or env_info.render_mode
-        self._whole_text = whole_text_pages(graph, get("render_config"))  # text mode: pages sent whole
+        # text mode: pages sent whole as their text; elements mode: none
+        self._whole_text = whole_text_pages(graph, get("render_config"), self._mode)
 
     def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> int:
         rule, actions = self.choices(obs, mask)
@@ -124,7 +125,7 @@ class OraclePolicy(EnvBoundPolicy):
                      in zip(view.items, view.item_pages, view.item_is_page, covered) if not c]
         if not uncovered:
             return "stops_all_covered", [0]
-        text = self._mode == "text"
+        text = self._mode != "visual"  # text and elements modes: gold is reached by opening elements
         can_still_open = float(np.asarray(obs["budget"])[2]) > 0  # opens left (the budget vector's third entry)
         out: list[int] = []
         if text:  # rule 1

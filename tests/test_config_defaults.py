@@ -187,6 +187,11 @@ def retriever_defaults(name: str) -> dict[str, Any]:
         return {**signature_defaults(DensityGatedHybrid), **HYBRID_ADAPTIVE, **per_channel}
     if name == "hybrid_learned":
         return {**signature_defaults(LearnedFusionHybrid), **per_channel}
+    if name == "hybrid_rerank":  # the first stage is named in the config and built by the factory (default: hybrid)
+        from mage_gym.retrieval import DEFAULT_RETRIEVER
+        from mage_gym.retrieval.rerank import RerankedRetriever
+
+        return {**signature_defaults(RerankedRetriever), "first_stage": DEFAULT_RETRIEVER}
     raise AssertionError(f"no defaults known for retriever {name!r}: add them here")
 
 

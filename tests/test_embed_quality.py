@@ -175,6 +175,7 @@ def test_issue_bar_carries_the_per_question_delta_against_the_rival_that_sets_it
     d = bar["delta"]
     assert d["against"] == "hybrid_elements" and d["mean"] == pytest.approx(-0.5) and d["n"] == 4
     assert d["lo"] <= -0.5 <= d["hi"] and not d["interpretable"]
+    assert bar["passes_ruling"] == (d["hi"] >= 0), "issue 34: fails only when the whole interval is below 0"
     md = eq.markdown({"command": "c", "date": "d", "commit": "x", "runs": [], "issue_bar": {"mmlongbench": bar},
                       "config": {"ks": [5], "parser": "fast"}})
     assert "delta vs hybrid_elements -0.500 [" in md and "not interpretable" in md

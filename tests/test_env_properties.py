@@ -90,7 +90,7 @@ def random_decision(env: MageRAGEnv, rng: np.random.Generator) -> RoundDecision:
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(budget=budgets, K=st.sampled_from([4, 8, 16]), mode=st.sampled_from(["visual", "text"]),
+@given(budget=budgets, K=st.sampled_from([4, 8, 16]), mode=st.sampled_from(["visual", "text", "elements"]),
        episode=st.sampled_from([e.episode.episode_id for e in EPISODES]), seed=st.integers(0, 10_000),
        p_invalid=st.sampled_from([0.0, 0.2]), p_round=st.sampled_from([0.0, 0.3]),
        final_pass=st.booleans())
@@ -126,7 +126,8 @@ def test_random_episodes_keep_every_invariant(budget, K, mode, episode, seed, p_
     assert all(states[idx[n]] != PRUNED for n in rendered.node_ids)
     assert all(states[idx[n]] in (1, 2) for n in rendered.node_ids)
     assert {im.node_id for im in rendered.images} <= set(rendered.node_ids)
-    assert (len(rendered.images) > 0) <= (mode == "visual")
+    assert (len(rendered.images) > 0) <= (mode != "text")
+    assert not rendered.page_image_ids or mode == "visual"
     assert np.isfinite(reward)
     # replaying the trace reproduces the final state
     records = list(trace.records)

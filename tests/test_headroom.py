@@ -90,6 +90,13 @@ def test_headroom_script_on_a_generated_corpus(tmp_path: Path) -> None:
             assert m["slot_reach_0"]["any"] == pytest.approx(m["missed_in_slots_at_reset"])
             assert m["slot_reach_0"]["any"] <= m["slot_reach_1"]["any"] <= m["slot_reach_2"]["any"] <= 1.0
             assert m["slot_chance_0"]["any"] <= m["slot_chance_1"]["any"] <= m["slot_chance_2"]["any"] <= 1.0
+        src = m["sources"]["all"]["sources"]  # the headroom split by source (mage_gym/bench/headroom_sources)
+        assert {"topk_page", "rerank@10", "rerank_stop@15", "granularity", "adaptive_stop@15", "oracle",
+                "topk_elements@2", "topk_elements@16"} <= set(src)
+        assert src["topk_page"]["delta_recall_at_equal_tokens"]["mean"] == pytest.approx(0.0, abs=1e-9)
+        assert src["topk_page"]["recall"] == pytest.approx(m["topk_recall"])
+        assert src["oracle"]["recall"] == pytest.approx(m["oracle_recall"])
+        assert src["granularity"]["recall"] == pytest.approx(m["topk_recall"])
     rows = [json.loads(line) for line in (out / "episodes.jsonl").read_text().splitlines()]
     assert rows and all(r["privileged"] for r in rows)
     assert all(r["slot"]["missed"] == r["missed"] for r in rows)

@@ -92,3 +92,33 @@ def build_tiny_causal(out: Path) -> Path:
     LlamaForCausalLM(cfg).save_pretrained(out)
     tok.save_pretrained(out)
     return out
+
+
+def build_tiny_bert(out: Path, layers: int = 2) -> Path:
+    """A tiny BERT encoder (hidden 32, ``layers`` layers) with a WordPiece tokenizer, saved as a base model
+    folder is (what the cross-encoder fine-tunes: mage_gym.retrieval.cross_encoder)."""
+    ensure_torchvision()
+    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, processors
+    from transformers import BertConfig, BertModel, PreTrainedTokenizerFast
+
+    out.mkdir(parents=True, exist_ok=True)
+    letters = "abcdefghijklmnopqrstuvwxyz0123456789"
+    words = ["revenue", "growth", "chart", "margin", "employees", "risk", "asia", "europe", "table", "profit",
+             "page", "item", "what", "is", "the", "which", "how", "many", "in", "of"]
+    vocab = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", *letters, *[f"##{c}" for c in letters], *words, ".", ",",
+             "?"]
+    ids = {w: i for i, w in enumerate(vocab)}
+    tk = Tokenizer(models.WordPiece(vocab=ids, unk_token="[UNK]"))
+    tk.normalizer = normalizers.BertNormalizer(lowercase=True)
+    tk.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tk.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", ids["[CLS]"]), ("[SEP]", ids["[SEP]"])])
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                  sep_token="[SEP]", mask_token="[MASK]", model_max_length=128,
+                                  model_input_names=["input_ids", "token_type_ids", "attention_mask"])
+    tok.save_pretrained(out)
+    cfg = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=layers, num_attention_heads=2,
+                     intermediate_size=64, max_position_embeddings=128)
+    BertModel(cfg).save_pretrained(out)
+    return out

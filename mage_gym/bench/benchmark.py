@@ -429,14 +429,15 @@ EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "min_k": 1, "max_k": 20,
 def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any], reader: Any,
                       runs: list[dict[str, Any]], run_rows: Sequence[tuple[list[dict[str, Any]], str]],
                       seed: int, registry: PolicyRegistry) -> None:
-    """Run topk_page's curve in every render mode the runs used and add each run's ``equal_cost`` block.
+    """Run topk_page's curve in every render mode the runs used (an ``elements`` run is compared with the
+    ``visual`` curve: :data:`.equal_cost.BASELINE_MODE`) and add each run's ``equal_cost`` block.
 
     The curve reuses topk_page rows the plan already played (same render mode,
     base budget up to k) and plays the missing integer k itself until its mean
     tokens and pages reach every run's (or ``max_k``); its rows go to
     ``topk_curve.jsonl``, apart from ``episodes.jsonl``. See :mod:`.equal_cost`.
     """
-    from mage_gym.bench.equal_cost import BASELINE, equal_cost_block, needed_ks, plot_equal_cost
+    from mage_gym.bench.equal_cost import BASELINE, baseline_mode, equal_cost_block, needed_ks, plot_equal_cost
 
     ec = {**EQUAL_COST_DEFAULTS, **dict(cfg.get("equal_cost") or {})}
     if not ec["enabled"] or not runs:
@@ -453,9 +454,9 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
             curves.setdefault(mode, {})[int(run["budget"]["k"])] = {r["episode_id"]: r for r in rows
                                                                      if not r.get("failed")}
     with open(out / "topk_curve.jsonl", "w") as f:
-        for mode in sorted({m for _, _, m in compared}):
+        for mode in sorted({baseline_mode(m) for _, _, m in compared}):
             curve = curves.setdefault(mode, {})
-            mine = [rows for _, rows, m in compared if m == mode]
+            mine = [rows for _, rows, m in compared if baseline_mode(m) == mode]
             while (k := needed_ks(mine, curve, int(ec["max_k"]), int(ec["min_k"]))) is not None:
                 budget = budget_dict({**base, "k": k})
                 results, _ = run_policy(BASELINE, {**opts, "render_mode": mode}, episodes, cfg, budget, reader,
@@ -464,7 +465,8 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
                 for row in curve[k].values():
                     f.write(json.dumps({**row, "render_mode": mode}, default=json_default) + "\n")
     for run, rows, mode in compared:
-        run["equal_cost"] = equal_cost_block(rows, curves[mode], mode, n_boot=int(ec["n_boot"]), seed=seed)
+        run["equal_cost"] = equal_cost_block(rows, curves[baseline_mode(mode)], baseline_mode(mode),
+                                             n_boot=int(ec["n_boot"]), seed=seed)
     plot_equal_cost(runs, curves, out / "equal_cost.png")
 
 

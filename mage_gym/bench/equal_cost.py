@@ -157,6 +157,14 @@ DELTAS: tuple[tuple[str, str, str], ...] = (
     ("delta_support_at_equal_pages", "support", "pages_rendered"),
 )
 BASELINE = "topk_page"
+#: The render mode topk_page's curve is played in for a policy of each render mode (the policy's own, except
+#: ``elements``: topk_page sends whole pages, and element granularity is judged against whole page images).
+BASELINE_MODE: dict[str, str] = {"elements": "visual"}
+
+
+def baseline_mode(mode: str) -> str:
+    """The render mode of the topk_page curve a policy played in ``mode`` is compared with."""
+    return BASELINE_MODE.get(mode, mode)
 
 
 def row_values(row: Mapping[str, Any], key: str) -> float | None:

@@ -93,7 +93,7 @@ class Policy(Protocol):
     ``uses_text_view``: whether :meth:`act` needs the text view (it is only
     built for those that do - it costs milliseconds per call);
     ``render_mode``: the reader input this policy is defined with
-    (``"visual"``/``"text"``) or None to use the environment's.
+    (``"visual"``/``"text"``/``"elements"``) or None to use the environment's.
     """
 
     name: str

@@ -236,6 +236,8 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
             if isinstance(v, list) and v and all(isinstance(x, Mapping) for x in v):
                 cols = list(dict.fromkeys(k for x in v for k in x))
                 out += ["", f"{title}, {name}:", ""] + cells_table(cols, [[x.get(c) for c in cols] for x in v])
+        if isinstance((r.get("metrics") or {}).get("sources"), Mapping):  # mage_gym/bench/headroom_sources
+            out += _sources_tables(title, r["metrics"]["sources"])
         if isinstance(r.get("evaluator"), Mapping) and r["evaluator"]:  # how an LLM evaluator's rounds were decided
             out += ["", f"{title}, evaluator:", ""] + cells_table(list(r["evaluator"]), [list(r["evaluator"].values())])
         nested = {k: _spread_lists(v) for k, v in (r.get("metrics") or {}).items()
@@ -250,6 +252,27 @@ def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
         for keys, group in groups.items():
             out += ["", f"{title}:", ""] + cells_table(["", *group], [[k, *(v.get(k) for v in group.values())]
                                                                  for k in keys])
+    return out
+
+
+def _sources_tables(title: str, sources: Mapping[str, Any]) -> list[str]:
+    """The headroom split by source (``metrics.sources``): per question set (all, a split, the questions with
+    element-level gold), each source's recall, tokens, pages and delta at equal tokens against topk_page; then
+    the element recall of each set."""
+    out: list[str] = []
+    for part, block in sources.items():
+        rows = [[name, v.get("questions"), v.get("recall"), v.get("tokens"), v.get("pages"),
+                 v.get("delta_recall_at_equal_tokens")] for name, v in (block.get("sources") or {}).items()]
+        if rows:
+            out += ["", f"{title}, headroom by source ({part}, {block.get('questions')} questions; privileged "
+                        "except topk_page and topk_elements):", ""]
+            out += cells_table(["source", "questions", "page recall", "tokens", "pages",
+                             "delta recall at equal tokens vs topk_page"], rows)
+    el = {part: block.get("element_recall") for part, block in sources.items() if block.get("element_recall")}
+    if el:
+        keys = list(dict.fromkeys(k for v in el.values() for k in v))
+        out += ["", f"{title}, element recall (questions with element-level gold):", ""]
+        out += cells_table(["", *el], [[k, *(v.get(k) for v in el.values())] for k in keys])
     return out
 
 

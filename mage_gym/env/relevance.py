@@ -206,10 +206,14 @@ def page_view(gi: GraphIndex) -> EvidenceGraph:
 
 
 def search_page_scores(gi: GraphIndex, retriever: Retriever, query: Query) -> np.ndarray:
-    """Fused page scores for a SearchEvidence query (cached per graph, by query text and vector)."""
+    """Fused page scores for a SearchEvidence query (cached per graph, by query text and vector).
+
+    A retriever may name another one for searches (``search_retriever``: ``hybrid_rerank`` searches with its
+    first stage, so a search costs no cross-encoder pass)."""
     vec_key = None if query.vector is None else np.asarray(query.vector, dtype=np.float32).tobytes()
     key = (id(retriever), query.text, vec_key)
-    return _SEARCHES.get(gi.graph, key, lambda: np.asarray(retriever.score(page_view(gi), query).pages,
+    searcher = getattr(retriever, "search_retriever", retriever)
+    return _SEARCHES.get(gi.graph, key, lambda: np.asarray(searcher.score(page_view(gi), query).pages,
                                                            dtype=np.float32))
 
 

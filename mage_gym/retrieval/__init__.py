@@ -16,10 +16,12 @@ column, never fused), ``hybrid_pages`` (bm25 + dense +
 page_dense, weights chosen on the dev sets' train splits), ``hybrid_adaptive``
 (bm25 + dense + page_dense, the page weight moving between the two dense
 channels with each document's text density), ``hybrid_learned`` (pages ranked by a
-linear learning-to-rank model over the channels, ``learned_fusion.json``) and ``hybrid``, which
+linear learning-to-rank model over the channels, ``learned_fusion.json``), ``hybrid``, which
 is whichever of the two :data:`DEFAULT_HYBRID` names (the environment's default
-retriever). Only ``colpali`` needs torch/transformers/colpali-engine, imported
-when it is built.
+retriever), and ``hybrid_rerank`` (a first stage, ``hybrid`` by default, whose top pages a
+cross-encoder fine-tuned from the shipped MiniLM reorders: :mod:`mage_gym.retrieval.rerank`).
+Only ``colpali`` needs colpali-engine, and ``hybrid_rerank`` loads its cross-encoder (torch,
+transformers) on its first query.
 """
 from __future__ import annotations
 
@@ -50,7 +52,7 @@ HYBRID_PRESETS: dict[str, dict[str, Any]] = {
 #: What ``hybrid`` (the env's default retriever) means. Switching the default is this one line.
 DEFAULT_HYBRID = "hybrid_elements"
 RETRIEVER_NAMES: tuple[str, ...] = ("bm25", "dense", "page_dense", "hybrid", "hybrid_elements", "hybrid_pages",
-                                    "hybrid_adaptive", "hybrid_learned", "colpali")
+                                    "hybrid_adaptive", "hybrid_learned", "hybrid_rerank", "colpali")
 DEFAULT_RETRIEVER = "hybrid"
 
 
@@ -98,6 +100,8 @@ def _build_one(name: str, cfg: Mapping[str, Any]) -> Retriever:
         return _build_adaptive(cfg)
     if name == "hybrid_learned":
         return _build_learned(cfg)
+    if name == "hybrid_rerank":
+        return _build_rerank(cfg)
     raise ValueError(f"unknown retriever {name!r}; expected one of {RETRIEVER_NAMES}")
 
 
@@ -169,6 +173,24 @@ def _build_learned(cfg: dict[str, Any]) -> Retriever:
         raise ValueError("hybrid_learned always reads bm25, dense and page_dense; drop 'components'")
     comps = {n: _build_one(n, dict(merged.pop(n, None) or {})) for n in LearnedFusionHybrid.COMPONENTS}
     return LearnedFusionHybrid(components=comps, **merged)
+
+
+def _build_rerank(cfg: dict[str, Any]) -> Retriever:
+    """``hybrid_rerank``: ``first_stage`` (a retriever name, default ``hybrid``; its options in
+    ``first_stage_cfg``) reordered by the cross-encoder; the other keys are
+    :class:`~mage_gym.retrieval.rerank.RerankedRetriever` settings (unknown keys are an error)."""
+    from mage_gym.retrieval.rerank import RerankedRetriever, settings_of
+
+    merged = {k: v for k, v in cfg.items() if v is not None}
+    first = str(merged.pop("first_stage", DEFAULT_RETRIEVER))
+    if first == "hybrid_rerank":
+        raise ValueError("hybrid_rerank cannot be its own first stage")
+    first_cfg = dict(merged.pop("first_stage_cfg", None) or {})
+    settings = settings_of(merged)
+    unknown = sorted(set(merged) - set(settings))
+    if unknown:
+        raise ValueError(f"unknown hybrid_rerank options {unknown}")
+    return RerankedRetriever(first_stage=get_retriever(first, **first_cfg), **settings)
 
 
 def get_retriever(name: str = DEFAULT_RETRIEVER, **cfg: Any) -> Retriever:

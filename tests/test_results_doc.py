@@ -276,3 +276,10 @@ def test_the_headroom_column_is_rendered_after_the_capped_metric_columns(tmp_pat
              "metrics": {**metrics, "delta_recall_at_equal_tokens": 0.4}}]
     head = _runs_table(runs)[0]
     assert head.rstrip(" |").endswith("headroom_closed_at_equal_tokens") and "0.250" in _runs_table(runs)[2]
+
+
+def test_small_settings_keep_their_digits_and_float_noise_stays_zero() -> None:
+    from mage_gym.bench.published import format_cell
+
+    assert format_cell(5e-4) == "0.0005" and format_cell(0.00012345) == "0.000123"
+    assert format_cell(1.1e-16) == "0.000" and format_cell(0.25) == "0.250" and format_cell(12345.6) == "12,346"

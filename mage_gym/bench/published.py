@@ -137,13 +137,16 @@ def portable_paths(text: str) -> str:
 
 
 def format_cell(v: Any) -> str:
-    """One table cell: 3 decimals (thousands grouped from 1,000), ``n/a`` for null, a ``{"mean", "lo", "hi"}``
+    """One table cell: 3 decimals (thousands grouped from 1,000; 3 significant digits under 0.001, so a
+    learning rate of 5e-4 is not shown as 0.001, while float noise under 1e-9 stays 0.000), ``n/a`` for null, a ``{"mean", "lo", "hi"}``
     interval as ``mean [lo, hi]`` (saying so when it rests on under 30 questions), text with portable paths."""
     if v is None:
         return "n/a"
     if isinstance(v, bool):
         return str(v).lower()
     if isinstance(v, float):
+        if 1e-9 < abs(v) < 1e-3:
+            return f"{v:.3g}"
         return f"{v:.3f}" if abs(v) < 1000 else f"{v:,.0f}"
     if isinstance(v, Mapping) and {"mean", "lo", "hi"} <= set(v):
         small = f" (n={v.get('n')}: under 30)" if v.get("interpretable") is False else ""

@@ -283,3 +283,12 @@ def test_small_settings_keep_their_digits_and_float_noise_stays_zero() -> None:
 
     assert format_cell(5e-4) == "0.0005" and format_cell(0.00012345) == "0.000123"
     assert format_cell(1.1e-16) == "0.000" and format_cell(0.25) == "0.250" and format_cell(12345.6) == "12,346"
+
+
+def test_long_titles_are_cut_at_a_word_in_the_index_only() -> None:
+    from mage_gym.bench.results_index import INDEX_TITLE_CHARS, _short
+
+    title = "word " * 40
+    cut = _short(title)
+    assert cut.endswith(" …") and len(cut) <= INDEX_TITLE_CHARS + 2 and title.startswith(cut[:-2])
+    assert _short("short title") == "short title" and _short(None) is None

@@ -264,7 +264,7 @@ def _speed(results: Sequence[PublishedResult], link: Link) -> list[str]:
     rows = []
     for r in results:
         figures = speed_figures(r.results)
-        head = [f"[{r.name}]({link(r)})", r.title or _what(r)]
+        head = [f"[{r.name}]({link(r)})", _short(r.title) or _what(r)]
         if not figures:
             rows.append(head + ["(on its page)", ""])
         for i, (path, value) in enumerate(figures[:MAX_SPEED_FIGURES]):
@@ -329,7 +329,7 @@ def _what(r: PublishedResult) -> str:
 
 
 def _other(results: Sequence[PublishedResult], link: Link) -> list[str]:
-    return [f"- [{r.name}]({link(r)}): {r.title or _what(r)}" for r in results]
+    return [f"- [{r.name}]({link(r)}): {_short(r.title) or _what(r)}" for r in results]
 
 
 def _superseded(results: Sequence[PublishedResult], link: Link,
@@ -344,6 +344,16 @@ def _superseded(results: Sequence[PublishedResult], link: Link,
 def _plain_table(header: list[str], rows: Iterable[list[Any]]) -> list[str]:
     """A markdown table whose cells are already formatted (strings pass through unchanged)."""
     return cells_table(header, [[c if isinstance(c, str) else format_cell(c) for c in row] for row in rows])
+
+
+INDEX_TITLE_CHARS = 100
+
+
+def _short(title: str | None, limit: int = INDEX_TITLE_CHARS) -> str | None:
+    """A title cut at a word boundary for the index (the index has a size limit; the run's page keeps it whole)."""
+    if not title or len(title) <= limit:
+        return title
+    return title[:limit].rsplit(" ", 1)[0].rstrip(",;:(") + " …"
 
 
 def _anchor(title: str) -> str:

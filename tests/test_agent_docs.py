@@ -107,6 +107,7 @@ def test_the_benchmark_command_with_protocol_tools(corpus, tmp_path):
     proc = subprocess.run(
         [sys.executable, "experiments/benchmark.py", "dataset=synth", f"dataset.root={corpus}", "env.parser=fast",
          "policies=[topk_page,llm_evaluator]", "policy.llm_evaluator.protocol=tools",
+         "policy.llm_evaluator.chat={tools_in_prompt: false}",
          f"policy.llm_evaluator.backend.model={model}", "policy.llm_evaluator.backend.max_new_tokens=16",
          "policy.llm_evaluator.limit=2", "policy.llm_evaluator.max_rounds=2", "policy.llm_evaluator.cache=false",
          "retriever=bm25", "logger=none", "equal_cost.enabled=false", f"hydra.run.dir={out}"],

@@ -59,7 +59,13 @@ class LogLineBar(tqdm):
         kwargs.update(mininterval=interval, delay=interval, disable=False, dynamic_ncols=False)
         self._lines_written = 0
         self._last_line_n: float | None = None
+        self._last_postfix: str | None = None
+        self._interval = float(interval)
+        self._opened = float("-inf")
+        self._last_shown: float | None = None
+        self._closing = False
         super().__init__(*args, **kwargs)
+        self._opened = self._time()  # tqdm's clock (tests replace it)
 
     def line(self) -> str:
         """The bar's state as one log line."""
@@ -72,17 +78,24 @@ class LogLineBar(tqdm):
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:
         if msg is not None:  # tqdm clearing or overwriting its line: nothing to redraw in a log
             return True
+        # set_postfix / set_description refresh at once on a terminal; here they wait for the interval too
+        now = self._time()
+        if not self._closing and now - (self._opened if self._last_shown is None else self._last_shown) < self._interval:
+            return True
+        self._last_shown = now
         self.fp.write(self.line() + "\n")
         self.fp.flush()
         self._lines_written += 1
         self._last_line_n = self.n
+        self._last_postfix = self.postfix
         return True
 
     def close(self) -> None:
         if getattr(self, "disable", True):
             return
-        if self._lines_written and self.n != self._last_line_n:
+        if self._lines_written and (self.n != self._last_line_n or self.postfix != self._last_postfix):
             self._ema_dt = lambda: None  # the closing line shows the overall rate
+            self._closing = True
             self.display()
         self.disable = True
         self._decr_instances(self)

@@ -210,3 +210,33 @@ def test_share_is_the_float_mean_bit_for_bit() -> None:
             assert type(share(mask)) is float
             assert share(mask) == float(mask.mean()) == float(np.mean(mask.tolist()))
             assert share(mask.tolist()) == share(mask)
+
+
+class _TextOnlyOracle:
+    """The oracle reader's support, but a reader that takes no images (as a text-only LLM)."""
+
+    name = "text-only"
+    answers = False
+    uses_images = False
+
+    def read(self, rendered):
+        from mage_gym.readers.base import ReaderOutput
+
+        return ReaderOutput(answer=None)
+
+
+def test_a_reader_that_takes_no_images_is_never_credited_with_a_page_image() -> None:
+    """A visual env with a text-only reader plays in text mode: what the reader got is what counts."""
+    import warnings
+
+    qf = hash_query_fn(16)
+    cut = {"max_opened_chars": 5}  # page texts cut: only an image could cover the gold page
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        env = MageRAGEnv(episodes=toy_episodes(), query_fn=qf, K=48, budget={"k": 8}, render_mode="visual",
+                         reader=_TextOnlyOracle(), render_config=cut)
+    assert env.render_mode == "text" and any("takes no images" in str(w.message) for w in caught)
+    env.reset(options={"episode_id": "page"})
+    _, _, done, _, info = env.step(encode_action(Op.STOP, 0, env.K))
+    assert done and info["metrics"]["images_rendered"] == 0
+    assert info["evidence_page_recall"] == 0.0  # the gold page's image would have covered it; it was not sent

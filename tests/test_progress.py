@@ -50,6 +50,18 @@ def test_off_a_terminal_a_1000_item_loop_writes_a_line_every_interval_with_rate_
     assert len(set(lines)) == len(lines)  # no line repeated (the closing line only when it adds something)
 
 
+def test_off_a_terminal_postfix_updates_wait_for_the_interval_too(clock):
+    """set_postfix refreshes a terminal bar at once; as log lines it must not print one line per call."""
+    out = io.StringIO()
+    bar = progress_bar(range(100), desc="work", file=out, interval=5.0)
+    for i in bar:
+        clock.t += 0.5  # 50 s in all
+        bar.set_postfix(reward=f"{i / 100:.3f}")
+    lines = out.getvalue().splitlines()
+    assert 5 <= len(lines) <= 12, lines
+    assert all("reward=" in line for line in lines)
+
+
 def test_off_a_terminal_work_shorter_than_the_interval_writes_nothing(clock):
     out = io.StringIO()
     for _ in progress_bar(range(1000), desc="work", file=out, interval=5.0):

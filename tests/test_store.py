@@ -147,6 +147,28 @@ def test_cache_key_depends_on_every_setting():
         assert store.cache_key(**{**base, field: value}) != k0, field
 
 
+def test_parser_version_keys_only_its_own_parser(monkeypatch):
+    """A parser's version is in its graphs' keys; a parser without one keys as before (its cached graphs stay valid)."""
+    import hashlib
+    import json
+
+    base = dict(digest="d", parser_cfg={}, edge_cfg={"layout_k": 3}, embed_model="m", version="5",
+                extra={"max_pages": None})
+
+    def unversioned(parser: str) -> str:  # the key's formula before parser versions existed
+        payload = {"digest": "d", "parser": parser, "parser_cfg": {}, "edge_cfg": {"layout_k": 3},
+                   "embed_model": "m", "version": "5", "extra": {"max_pages": None}}
+        return hashlib.sha256(json.dumps(payload, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+    assert "fast" not in store.PARSER_VERSIONS
+    assert store.cache_key(parser="fast", **base) == unversioned("fast")
+    assert store.cache_key(parser="layout", **base) != unversioned("layout")
+    before = store.cache_key(parser="layout", **base)
+    monkeypatch.setitem(store.PARSER_VERSIONS, "layout", "next")
+    assert store.cache_key(parser="layout", **base) != before
+    assert store.cache_key(parser="fast", **base) == unversioned("fast")
+
+
 def test_default_cache_dir_from_env(monkeypatch, tmp_path):
     monkeypatch.setenv("MAGE_GYM_CACHE", str(tmp_path))
     assert store.default_cache_dir() == tmp_path / "graphs"

@@ -21,10 +21,24 @@ Measures (medians over ``--repeats`` runs):
 * ``ocr``: seconds per page of parsing an image-only document (LongDocURL
   page images) with the parser's OCR path.
 
+``--docs-dir DIR --first-docs N`` builds the first N PDFs of DIR by sorted
+name (a subset fixed by a rule) instead of ``--docs``. ``--before-tree PATH``
+times the build side by side with another checkout of this project (the code
+before a change): ``--rounds`` rounds, each building the documents once with
+either tree in a fresh process (that tree first on ``PYTHONPATH``), in the
+order before, after, after, before, ... so a load change on the shared
+machine hits both alike; it reports each tree's pages/s (median and range
+over rounds), the after/before ratio of each round and their median (the
+headline: paired by round), the parse stage's CPU seconds per 100 pages
+(which other jobs inflate less than wall time), and whether each document's graph
+(records, edges, vectors) came out the same in both trees.
+
 Run (takes a few minutes; other jobs on the machine inflate the numbers)::
 
     .venv/bin/python experiments/perf/perf_graph.py                       # writes outputs/perf_graph/results.json
     .venv/bin/python experiments/perf/perf_graph.py --parsers fast --repeats 3 --skip memory ocr
+    .venv/bin/python experiments/perf/perf_graph.py --parsers layout --docs-dir mmlongbench-dev/documents \
+        --first-docs 16 --before-tree ../main --rounds 3 --skip load memory ocr
 """
 from __future__ import annotations
 
@@ -66,12 +80,17 @@ def bench_build(docs: list[Path], parsers: list[str], pages: int, repeats: int, 
         per_doc = {}
         all_rates: list[float] = []
         all_cpu: list[float] = []
+        run_pages, run_secs, run_parse_cpu = [0] * repeats, [0.0] * repeats, [0.0] * repeats
         for doc in docs:
             rates, parse_busy, embed_busy, assemble, cpu, n_el = [], [], [], [], [], 0
-            parse_cpu, embed_cpu = [], []
-            for _ in range(repeats):
+            parse_cpu, embed_cpu, digests = [], [], []
+            for r in range(repeats):
                 g = build_graph(doc, parser, cache=False, max_pages=pages, workers=workers)
                 secs = g.meta["build_seconds"]
+                run_pages[r] += g.n_pages
+                run_secs[r] += secs
+                run_parse_cpu[r] += g.meta["stage_seconds"]["parse_cpu"]
+                digests.append(graph_fingerprint(g))
                 rates.append(100.0 * secs / g.n_pages)
                 st = g.meta["stage_seconds"]
                 parse_busy.append(100.0 * st["parse_busy"] / g.n_pages)
@@ -88,6 +107,7 @@ def bench_build(docs: list[Path], parsers: list[str], pages: int, repeats: int, 
                 "assemble_s_per_100p": _median(assemble),
                 "cpu_s_per_100p": _median(cpu), "ideal_wall_s_per_100p": _median([c / workers for c in cpu]),
                 "parse_cpu_s_per_100p": _median(parse_cpu), "embed_cpu_s_per_100p": _median(embed_cpu),
+                "fingerprints": sorted(set(digests)),
             }
             all_rates.extend(rates)
             print(f"  build {parser:6s} {doc.name:32s} {g.n_pages:4d} p {n_el:5d} el  "
@@ -96,9 +116,90 @@ def bench_build(docs: list[Path], parsers: list[str], pages: int, repeats: int, 
                   f"CPU {_median(cpu):.2f} s/100p = parse {_median(parse_cpu):.2f} + embed {_median(embed_cpu):.2f})",
                   flush=True)
             all_cpu.extend(cpu)
+        rates_all = [n / t for n, t in zip(run_pages, run_secs) if t > 0]
         out[parser] = {"seconds_per_100_pages": _median(all_rates), "cpu_seconds_per_100_pages": _median(all_cpu),
+                       "pages": run_pages[0], "pages_per_second": _median(rates_all),
+                       "runs_pages_per_second": [round(x, 3) for x in rates_all],
+                       "parse_cpu_s_per_100p": _median([100.0 * c / n for n, c in zip(run_pages, run_parse_cpu) if n]),
                        "documents": per_doc}
     shutdown_pool()
+    return out
+
+
+def graph_fingerprint(g: Any) -> str:
+    """sha256 of a graph's content (page and element records, edges, vectors), not of its build settings."""
+    import hashlib
+
+    import numpy as np
+
+    h = hashlib.sha256()
+    for p in g.pages:
+        h.update(repr((p.node_id, p.width, p.height, p.text, p.summary, p.header_text, p.footer_text,
+                       p.image_only)).encode())
+    for e in g.elements:
+        h.update(repr((e.node_id, e.type, e.bbox, e.text, e.summary, e.reading_order, e.section_path,
+                       e.heading_level, e.table_markdown, e.ocr)).encode())
+    for arr in (g.edge_src, g.edge_dst, g.edge_kind, g.edge_weight, g.page_vectors, g.element_vectors):
+        h.update(np.ascontiguousarray(arr).tobytes())
+    h.update("\x1f".join(g.edge_label).encode())
+    return h.hexdigest()
+
+
+def _tree_build(tree: Path, docs: list[Path], args: argparse.Namespace) -> dict[str, Any]:
+    """One build round of ``docs`` by the checkout ``tree`` (first on PYTHONPATH), in a fresh process."""
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", "--parsers", *args.parsers, "--pages",
+           str(args.pages), "--workers", str(args.workers), "--docs", *map(str, docs)]
+    env = {**os.environ, "PYTHONPATH": str(tree)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=tree, env=env, timeout=7200)
+    if proc.returncode != 0:
+        raise RuntimeError(f"build in {tree} failed:\n{proc.stderr[-3000:]}")
+    res = json.loads(proc.stdout.strip().splitlines()[-1])
+    if res["code"] != str(Path(tree).resolve() / "mage_gym"):
+        raise RuntimeError(f"the round meant for {tree} imported {res['code']}")
+    return res
+
+
+def side_by_side(before: Path, after: Path, docs: list[Path], args: argparse.Namespace) -> dict[str, Any]:
+    """``--rounds`` rounds of the build benchmark, alternating the two trees (before, after, after, before, ...)."""
+    runs: dict[str, list[dict[str, Any]]] = {"before": [], "after": []}
+    for r in range(args.rounds):
+        order = ("before", "after") if r % 2 == 0 else ("after", "before")
+        for side in order:
+            res = _tree_build(before if side == "before" else after, docs, args)
+            runs[side].append(res)
+            rates = {p: res["build"][p]["pages_per_second"] for p in args.parsers}
+            print(f"  round {r + 1} {side:6s} pages/s {rates} (load {res['load_avg'][0]:.1f})", flush=True)
+    out: dict[str, Any] = {"before_tree": str(before), "after_tree": str(after), "rounds": args.rounds,
+                           "documents": [d.name for d in docs]}
+    for parser in args.parsers:
+        summary: dict[str, Any] = {}
+        for side in ("before", "after"):
+            rates = [x["build"][parser]["pages_per_second"] for x in runs[side]]
+            cpu = [x["build"][parser]["parse_cpu_s_per_100p"] for x in runs[side]]
+            summary[side] = {"pages_per_second": _median(rates), "min": min(rates), "max": max(rates),
+                             "runs": rates, "parse_cpu_s_per_100p": _median(cpu), "parse_cpu_runs": cpu,
+                             "pages": runs[side][0]["build"][parser]["pages"]}
+        b, a = summary["before"], summary["after"]
+        summary["ratio_pages_per_second"] = round(a["pages_per_second"] / b["pages_per_second"], 3)
+        summary["ratio_per_round"] = [round(x / y, 3) for x, y in zip(a["runs"], b["runs"])]
+        # paired by round (both trees under the same load), so the headline ratio is the median of these
+        summary["ratio_per_round_median"] = _median(summary["ratio_per_round"])
+        summary["ratio_parse_cpu"] = round(a["parse_cpu_s_per_100p"] / b["parse_cpu_s_per_100p"], 3)
+        same: dict[str, Any] = {}
+        for d in docs:
+            fps = {side: sorted({f for x in runs[side] for f in x["build"][parser]["documents"][d.name]["fingerprints"]})
+                   for side in ("before", "after")}
+            same[d.name] = {"same_graph": fps["before"] == fps["after"] and len(fps["after"]) == 1,
+                            "deterministic": len(fps["before"]) == 1 and len(fps["after"]) == 1}
+        summary["graph_identity"] = same
+        summary["documents_with_the_same_graph"] = sum(v["same_graph"] for v in same.values())
+        out[parser] = summary
+        print(f"  {parser}: before {b['pages_per_second']} pages/s [{b['min']}, {b['max']}], after "
+              f"{a['pages_per_second']} [{a['min']}, {a['max']}], ratio of medians {summary['ratio_pages_per_second']}, "
+              f"per round {summary['ratio_per_round']} (median {summary['ratio_per_round_median']}); parse CPU s/100p {b['parse_cpu_s_per_100p']} -> "
+              f"{a['parse_cpu_s_per_100p']}; same graph {summary['documents_with_the_same_graph']}/{len(docs)}",
+              flush=True)
+    out["runs"] = runs
     return out
 
 
@@ -208,6 +309,11 @@ def main() -> None:
     ap.add_argument("--ocr-pages", type=int, default=3)
     ap.add_argument("--skip", nargs="*", default=[], choices=["build", "load", "memory", "ocr"])
     ap.add_argument("--out", default="outputs/perf_graph", help="folder for results.json")
+    ap.add_argument("--docs-dir", default=None, help="build the first --first-docs PDFs of this folder (sorted by name)")
+    ap.add_argument("--first-docs", type=int, default=None)
+    ap.add_argument("--before-tree", default=None, help="another checkout to time side by side (the code before)")
+    ap.add_argument("--rounds", type=int, default=3, help="side-by-side rounds (each tree builds once a round)")
+    ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)  # one round, for --before-tree
     args = ap.parse_args()
     os.environ["MAGE_GYM_OCR_CACHE"] = "0"  # time the OCR itself, never the OCR cache (workers inherit this)
 
@@ -215,15 +321,30 @@ def main() -> None:
     if not root.is_dir():
         sys.exit(f"benchmark data not found at {root} (set MAGE_GYM_DATA)")
     resolve = lambda p: Path(p) if Path(p).is_absolute() else root / p  # noqa: E731
-    docs = [resolve(d) for d in (args.docs or DEFAULT_DOCS)]
+    if args.docs_dir:
+        docs = sorted(resolve(args.docs_dir).glob("*.pdf"), key=lambda p: p.name)[: args.first_docs]
+    else:
+        docs = [resolve(d) for d in (args.docs or DEFAULT_DOCS)]
+    if args.child:
+        import mage_gym
+
+        with tempfile.TemporaryDirectory(prefix="perf_graph_cache_") as cache_dir:
+            os.environ["MAGE_GYM_CACHE"] = cache_dir
+            build = bench_build(docs, args.parsers, args.pages, 1, args.workers)
+        print(json.dumps({"code": str(Path(mage_gym.__file__).resolve().parent), "load_avg": os.getloadavg(),
+                          "build": build}, default=str))
+        return
     results: dict[str, Any] = {
         "machine": {"cpus": os.cpu_count(), "python": platform.python_version(),
                     "load_avg_start": os.getloadavg()},
         "config": vars(args),
     }
+    if args.before_tree:
+        print(f"build side by side, {args.rounds} rounds: before = {args.before_tree}, after = {REPO}")
+        results["side_by_side"] = side_by_side(Path(args.before_tree).resolve(), REPO, docs, args)
     with tempfile.TemporaryDirectory(prefix="perf_graph_cache_") as cache_dir:
         os.environ["MAGE_GYM_CACHE"] = cache_dir  # never touch the user's cache
-        if "build" not in args.skip:
+        if "build" not in args.skip and not args.before_tree:
             print("build (cache off, worker pool warmed up):")
             results["build"] = bench_build(docs, args.parsers, args.pages, args.repeats, args.workers)
         if "load" not in args.skip:

@@ -47,6 +47,13 @@ from mage_gym.jsonio import json_default
 #: Not bumped for a change in the last bit of a float only: knn_pairs' similarities computed outside BLAS (same
 #: edges, weights within 1.2e-7; a bump would also make every checkpoint's recorded graph version a mismatch).
 GRAPH_VERSION = "5"
+#: Per-parser output versions, in the key of that parser's graphs only: bump a parser's entry when its output
+#: for the same input changes, so that its cached graphs become misses while every other parser's stay valid
+#: (a parser without an entry keys as before these versions existed).
+#: layout 2: simple pages (no image, no vector path, at most one plain text block, no line the fast rules call
+#: furniture; mage_gym/graph/parsers/simple.py) skip the layout model and are typed by the fast parser's rules;
+#: before, a block inside a margin band and a blank page still went to the model.
+PARSER_VERSIONS: dict[str, str] = {"layout": "2"}
 FORMAT = 1
 MANIFEST = "manifest.json"
 RECORDS = "records.json"
@@ -91,12 +98,15 @@ def cache_key(digest: str, parser: str, parser_cfg: Mapping[str, Any] | None, ed
 
     ``extra`` carries further build settings that change the output
     (``doc_id``, ``max_pages``, embedding truncation), so two different
-    graphs can never share a key.
+    graphs can never share a key. The parser's own version
+    (:data:`PARSER_VERSIONS`) is part of the key when it has one.
     """
     payload = {
         "digest": digest, "parser": parser, "parser_cfg": dict(parser_cfg or {}), "edge_cfg": dict(edge_cfg or {}),
         "embed_model": embed_model, "version": version, "extra": dict(extra or {}),
     }
+    if parser in PARSER_VERSIONS:
+        payload["parser_version"] = PARSER_VERSIONS[parser]
     return hashlib.sha256(_canonical(payload).encode()).hexdigest()
 
 

@@ -25,7 +25,18 @@ box covers are added as line-grouped blocks, so no OCR text is lost. (We do
 not use pymupdf4llm's own OCR path: on the scanned dev decks it dropped whole
 lines.) ``image_ocr="rapidocr"`` uses only the line grouping. Pages with an
 absurd size, or on which the model fails, fall back to the fast parser with a
-page warning.
+page warning. *Simple* pages (no image, no vector path, one plain run of text:
+the rule is :func:`~mage_gym.graph.parsers.simple.simple_page`) skip the
+model and are typed by the fast parser's rules (``plain_pages_without_model``,
+on by default): a generated report of one line a page builds at the fast
+parser's speed.
+
+Batching: the model's pages of a parse call go to pymupdf4llm
+``batch_pages`` at a time (one ``parse_document`` call each, which sets up the
+document once and then runs the model page by page; its image network takes
+one page render per run). A batch yields the same records as its pages one
+by one (tests/test_layout_routing.py); a batch that fails is retried page by
+page, and a page that still fails falls back to the fast parser.
 """
 from __future__ import annotations
 
@@ -36,8 +47,9 @@ import warnings
 from typing import TYPE_CHECKING, Any
 
 from mage_gym.graph.parsers.base import Parser, failed_page, is_absurd, needs_ocr
+from mage_gym.graph.parsers.simple import simple_page
 from mage_gym.graph.parsers.geometry import (
-    REPEAT_BAND, band_of, clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins, only_content,
+    clip_box, join_lines, looks_like_chart, merge_list_items, move_to_margins, only_content,
 )
 from mage_gym.graph.schema import ParsedElement, ParsedPage
 
@@ -119,6 +131,23 @@ def _run_layout_model(doc: "pymupdf.Document", pages: list[int]) -> list[Any]:
     return records
 
 
+def _records_by_page(pages: list[int], records: list[Any]) -> dict[int, Any]:
+    """The model's records keyed by 0-based page number (pymupdf4llm numbers pages from 1, in page order).
+
+    A batch whose records do not match its pages one to one raises, so the
+    caller retries it page by page instead of pairing a page with another's boxes.
+    """
+    numbers = [_get(r, "page_number") for r in records]
+    if len(records) != len(pages):
+        raise ValueError(f"layout model returned {len(records)} records for {len(pages)} pages")
+    if all(isinstance(n, int) for n in numbers):
+        by_page = {n - 1: r for n, r in zip(numbers, records)}
+        if set(by_page) != set(pages):
+            raise ValueError(f"layout model returned pages {sorted(by_page)} for {sorted(pages)}")
+        return {p: by_page[p] for p in pages}
+    return dict(zip(sorted(pages), records))
+
+
 class LayoutParser(Parser):
     """Regions from the layout model; see the module docstring for the mapping."""
 
@@ -153,7 +182,7 @@ class LayoutParser(Parser):
                     done[pno] = self.parse_image_only_pdf_page(page)
                 elif is_absurd(page.rect.width, page.rect.height):
                     done[pno] = self.parse_absurd_page(page)
-                elif self.plain_pages_without_model and (plain := self._plain_page(page)) is not None:
+                elif self.plain_pages_without_model and (plain := simple_page(page, self.stats)) is not None:
                     done[pno] = plain
                 else:
                     model_pages.append(pno)
@@ -164,7 +193,7 @@ class LayoutParser(Parser):
         for i in range(0, len(model_pages), self.batch_pages):
             batch = model_pages[i : i + self.batch_pages]
             try:
-                for pno, rec in zip(batch, _run_layout_model(doc, batch)):
+                for pno, rec in _records_by_page(batch, _run_layout_model(doc, batch)).items():
                     done[pno] = self.convert(doc.load_page(pno), rec)
             except Exception as exc:  # noqa: BLE001 - retry page by page, then fall back
                 log.warning("layout batch %s failed (%s); retrying per page", batch, exc)
@@ -172,28 +201,6 @@ class LayoutParser(Parser):
                     done[pno] = self._one_page_with_fallback(doc, pno)
             self.pages_done(len(batch))
         return [done[p] for p in page_numbers]
-
-    def _plain_page(self, page: "pymupdf.Page") -> ParsedPage | None:
-        """The page typed by the fast parser's rules when its text layer is one plain block, else None.
-
-        Why: a page with no image, no drawing and one block of uniform text
-        (a generated report's one line per page) has nothing for the layout
-        model to find, and the model costs ~0.2-0.5 s a page. A block inside
-        a top/bottom margin band still goes to the model, whose header/footer
-        call is wanted there. No page of the dev PDFs' text layers (3,485
-        pages) takes this path, so their graphs are the same with or without
-        it; the 2 that would without the band rule (a lone page number, a
-        print-shop slug) came out with a different footer and a box 0.1 pt off.
-        """
-        from mage_gym.graph.parsers.fast import DocStats, RawPage, classify, text_blocks
-
-        if page.get_image_info() or page.get_cdrawings():
-            return None
-        blocks = text_blocks(page)
-        if len(blocks) != 1 or band_of(blocks[0].bbox, page.rect.height, REPEAT_BAND) is not None:
-            return None  # in a margin band the model's header/footer call is wanted
-        raw = RawPage(page.number, page.rect.width, page.rect.height, blocks)
-        return classify(raw, self.stats if isinstance(self.stats, DocStats) else DocStats.from_raw([raw]))
 
     def _one_page_with_fallback(self, doc: "pymupdf.Document", pno: int) -> ParsedPage:
         try:

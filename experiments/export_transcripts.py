@@ -26,7 +26,8 @@ import hydra
 from omegaconf import DictConfig
 
 from mage_gym.bench.config import exit_on_config_error, plain, quiet_libraries, run_dir, section, set_threads
-from experiments.common.llm_agent import load_episodes, make_chat_env, policy_actor
+from mage_gym.bench.chat import chat_episodes, make_chat_env, policy_actor
+from policies import REGISTRY
 
 
 @hydra.main(version_base=None, config_path="../conf", config_name="export_transcripts")
@@ -39,9 +40,9 @@ def main(cfg: DictConfig) -> None:
     set_threads(c.get("torch_threads"))
     out = run_dir()
     name = c["policy_name"]
-    episodes = load_episodes(c)
+    episodes = chat_episodes(c)
     env = make_chat_env(episodes, c, numeric_obs_in_info=True, privileged=name == "oracle")
-    actor, privileged = policy_actor(env, name, section(c.get("policy", {}), name))
+    actor, privileged = policy_actor(env, name, section(c.get("policy", {}), name), REGISTRY)
     t0 = time.perf_counter()
     transcripts = []
     for ep in episodes:

@@ -41,7 +41,7 @@ from omegaconf import DictConfig
 
 from mage_gym.bench.config import (ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section,
                                        set_threads)
-from experiments.common.llm_agent import chat_kwargs, load_episodes
+from mage_gym.bench.chat import chat_episodes, chat_kwargs
 
 #: log_history keys kept as curves in results.json (TRL's names and ours)
 CURVES = ("loss", "reward", "reward_std", "rewards/MageToolEnv/mean", "env/format_errors", "env/invalid_calls",
@@ -96,7 +96,7 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     from mage_gym.agent.trl_env import environment_factory
 
     g = section(c, "grpo")
-    episodes = load_episodes(c)
+    episodes = chat_episodes(c)
     kw = chat_kwargs(c)
     rows = task_rows(episodes, kw["dataset"], budget=kw.get("budget"), seeds=g.get("seeds") or [0],
                      split=section(c, "dataset").get("split", "all"),

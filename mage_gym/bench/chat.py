@@ -1,4 +1,4 @@
-"""Shared by the LLM-controller entry points (export_transcripts, train_llm, perf_agent): episodes, chat envs, actors.
+"""The LLM-controller entry points' shared harness (export_transcripts, train_llm): episodes, chat envs, actors.
 
 Why one place: the transcripts an LLM is fine-tuned on, the tasks it is
 trained on with GRPO and the benchmark it is compared in must use the same
@@ -11,10 +11,11 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping, Sequence
 
 from mage_gym.bench.config import ConfigError, section
+from mage_gym.bench.protocol import EnvInfo, PolicyRegistry
 from mage_gym.bench.envs import env_kwargs
 
 
-def load_episodes(cfg: Mapping[str, Any], split: str | None = None) -> list[Any]:
+def chat_episodes(cfg: Mapping[str, Any], split: str | None = None) -> list[Any]:
     """The ``dataset`` node's episodes (``split`` overrides ``dataset.split``); a ConfigError when none."""
     from mage_gym.data.registry import load_dataset
 
@@ -46,23 +47,21 @@ def make_chat_env(episodes: Sequence[Any], cfg: Mapping[str, Any], **extra: Any)
     return MageChatEnv(episodes=list(episodes), **chat_kwargs(cfg, **extra))
 
 
-def policy_actor(env: Any, name: str, options: Mapping[str, Any]) -> tuple[Callable, bool]:
+def policy_actor(env: Any, name: str, options: Mapping[str, Any], registry: PolicyRegistry) -> tuple[Callable, bool]:
     """(chat actor, privileged) for a step-level policy of ``policies`` acting through ``env``'s tool calls.
 
     The policy is reset (and bound, for the oracle) at the first reply of
-    each episode; ``env`` must be built with ``numeric_obs_in_info=True``
+    each episode; ``registry`` builds it by name (``policies.REGISTRY``); ``env`` must be built with ``numeric_obs_in_info=True``
     (and ``privileged=True`` for the oracle).
     """
     from mage_gym.agent.transcripts import step_actor
-    from policies import get_policy, policy_class
-    from mage_gym.bench.protocol import EnvInfo
 
     opts = {k: v for k, v in dict(options).items() if k not in ("name", "limit", "only_base_budget", "train")}
-    policy = get_policy(name, **opts)
+    policy = registry.make(name, **opts)
     if getattr(policy, "level", "step") != "step":
         raise ConfigError(f"policy {name!r} decides whole rounds; transcripts need a step-level policy "
                           "(oracle, ppo, heuristic, ...)")
-    privileged = bool(getattr(policy_class(name), "privileged", False))
+    privileged = bool(getattr(registry.policy_class(name), "privileged", False))
     inner_act = step_actor(env, lambda obs, mask: policy.act(obs, None, mask))
 
     def actor(messages: list[dict[str, Any]], info: Mapping[str, Any]) -> Any:

@@ -59,7 +59,8 @@ def test_every_command_of_the_doc_is_one_the_tests_run():
         target = first[2] if first[1] == "-m" else first[1]
         scripts.add(target)
     assert scripts == {"experiments/make_synth.py", "experiments/export_transcripts.py", "experiments/train_llm.py",
-                       "experiments/benchmark.py", "mage_gym.agent.verifiers_env", "mage_gym.agent.server"}, scripts
+                       "experiments/analysis/plot_llm_training.py", "experiments/benchmark.py",
+                       "mage_gym.agent.verifiers_env", "mage_gym.agent.server"}, scripts
     for path in re.findall(r"`((?:mage_gym|experiments|tests|docs)/[\w/.]+)`", DOC):
         assert (REPO / path).exists(), path
 
@@ -136,3 +137,33 @@ def test_the_gpu_recipe_composes_and_a_missing_model_says_so(tmp_path):
                            "logger=none", f"hydra.run.dir={tmp_path}"], cwd=REPO, env=sub_env(),
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 1 and "not 'smollm2' and not a local folder" in proc.stderr
+
+
+def test_the_doc_types_no_measured_figure():
+    """Measured figures live in docs/results/<name> (command, date, commit): the prose only links them.
+
+    The figures left in the prose are specifications, not measurements: SmolLM2's
+    8,192-token window, the 5% speed target, 95% intervals, an HTTP status (410),
+    model names' digits.
+    """
+    prose = re.sub(r"```.*?```", "", DOC, flags=re.S)
+    prose = re.sub(r"`[^`]*`", "", prose)
+    prose = re.sub(r"\]\([^)]*\)", "]", prose)
+    figures = {f.rstrip(".,") for f in re.findall(r"(?<![\w.-])\d[\d,.]*%?", prose)}
+    assert figures <= {"2", "3", "410", "5%", "8,192", "95%"}, figures
+    linked = re.findall(r"\]\((results/[\w/]+?)/?\)", DOC)
+    assert {"results/llm_train_smollm2_cpu", "results/llm_controller_synth_benchmark", "results/perf_agent"} <= set(linked)
+    for rel in linked:
+        folder = REPO / "docs" / rel
+        assert (folder / "results.json").is_file() and (folder / "provenance.json").is_file(), rel
+
+
+def test_the_perf_command_without_a_model(corpus, tmp_path):
+    """perf_agent.py's env and token figures (``--no-model``: the generation side needs minutes of CPU)."""
+    proc = subprocess.run([sys.executable, "experiments/perf/perf_agent.py", "--dataset", "synth", "--root", str(corpus),
+                           "--limit", "1", "--repeats", "1", "--no-model", "--out", str(tmp_path)],
+                          cwd=REPO, env=sub_env(), capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert res["kind"] == "perf_agent" and res["env_ms_per_turn"]["n"] >= 1 and res["env_ms_per_turn"]["median"] > 0
+    assert res["tokens"]["observation_per_turn_median"] > 0

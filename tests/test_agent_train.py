@@ -77,6 +77,17 @@ def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, 
     assert c["reward"] == c["rewards/MageToolEnv/mean"]
     assert all(t > 0 for t in c["env/tokens_read"]) and "env/format_errors" in c
 
+    # the curves of both runs on one figure, with the points beside it (what docs/results publishes)
+    out = tmp_path / "curves"
+    proc = subprocess.run([sys.executable, "experiments/analysis/plot_llm_training.py", str(tmp_path / "sft"),
+                           str(tmp_path / "grpo"), "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    both = json.loads((out / "results.json").read_text())
+    assert [r["algo"] for r in both["runs"]] == ["sft", "grpo"]
+    assert both["runs"][1]["curves"]["rewards/MageToolEnv/mean"] == c["rewards/MageToolEnv/mean"]
+    assert (out / "llm_training_curves.png").stat().st_size > 1000
+
 
 def test_the_dagger_students_transcripts(corpus, tmp_path):
     """policy_name=ppo: the shipped DAgger student (hybrid retriever, K=64, as its sidecar says) through the chat."""

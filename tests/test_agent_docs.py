@@ -158,11 +158,12 @@ def test_the_doc_types_no_measured_figure():
         assert (folder / "results.json").is_file() and (folder / "provenance.json").is_file(), rel
 
 
+@pytest.mark.slow
 def test_the_perf_command_without_a_model(corpus, tmp_path):
     """perf_agent.py's env and token figures (``--no-model``: the generation side needs minutes of CPU)."""
     proc = subprocess.run([sys.executable, "experiments/perf/perf_agent.py", "--dataset", "synth", "--root", str(corpus),
                            "--limit", "1", "--repeats", "1", "--no-model", "--out", str(tmp_path)],
-                          cwd=REPO, env=sub_env(), capture_output=True, text=True, timeout=300)
+                          cwd=REPO, env=sub_env(), capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     res = json.loads((tmp_path / "results.json").read_text())
     assert res["kind"] == "perf_agent" and res["env_ms_per_turn"]["n"] >= 1 and res["env_ms_per_turn"]["median"] > 0

@@ -4,10 +4,10 @@ Why: each ``train_llm.py`` run writes its curves into its own
 ``results.json``; a warm start followed by RL is two runs, and the docs
 need both on one figure with the points themselves beside it. Panels: the
 training loss (SFT and GRPO), the env's reward per GRPO step (mean over the
-step's rollouts), the format-error rate (unparseable replies per rollout)
-and the tokens read (what the reader would be shown per rollout). Steps are
-counted across the runs in the order given (a dotted line where the next
-run starts).
+step's rollouts), the format-error rate (unparseable replies per rollout),
+the refused calls (well-formed calls the env refused) and the tokens read
+(what the reader would be shown per rollout). Steps are counted across the
+runs in the order given (a dotted line where the next run starts).
 
 Run::
 
@@ -29,6 +29,7 @@ PANELS: tuple[tuple[tuple[str, ...], str], ...] = (
     (("loss",), "training loss"),
     (("rewards/MageToolEnv/mean", "reward"), "env reward (mean of the step's rollouts)"),
     (("env/format_errors",), "format errors per rollout"),
+    (("env/invalid_calls",), "refused calls per rollout"),
     (("env/tokens_read",), "tokens read per rollout"),
 )
 #: summary keys copied from each run's results.json
@@ -69,11 +70,12 @@ def plot(runs: list[dict[str, Any]], path: Path) -> Path:
         offsets.append(start)
         start += int(run.get("global_step") or max(run["curves"].get("step") or [0]))
     for ax, (keys, title) in zip(axes, PANELS):
-        for run, off in zip(runs, offsets):
+        for i, (run, off) in enumerate(zip(runs, offsets)):
             key, steps, values = series(run, keys)
             if key is None:
                 continue
-            ax.plot([s + off for s in steps], values, marker="o", ms=3, label=f"{run['algo']} ({run['run'][:24]})")
+            ax.plot([s + off for s in steps], values, marker="o", ms=3, color=f"C{i}",
+                    label=f"{run['algo']} ({run['run'][:24]})")
         for off in offsets[1:]:
             ax.axvline(off + 0.5, ls=":", color="grey")
         ax.set_title(title, fontsize=9)

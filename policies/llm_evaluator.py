@@ -17,6 +17,13 @@ after the reader's retries), a logged fallback runs instead:
 activates the first ``m`` candidates (the frontier is relevance-ordered), or
 ``stop`` ends the episode.
 
+With ``protocol: tools`` the same backends drive ``MageRAG-Chat-v0`` instead
+(``level = "chat"``, :func:`mage_gym.bench.play.run_chat_episode`): the whole
+conversation goes to the model each turn (:func:`mage_gym.agent.clients.chat_reply`),
+its reply - tool calls, as text or structured - is one step of the chat env,
+and an unusable reply (no valid call) falls back the same way, written as
+tool calls. The reply cache, counters and failure rules are shared.
+
 A failing backend is never masked:
 
 - the backend is built (and its options checked) in the constructor, and
@@ -55,6 +62,7 @@ from policies.llm_prompt import EVALUATOR_PROMPT_VERSION, PromptConfig, build_ev
 
 log = logging.getLogger(__name__)
 FALLBACKS = ("top_candidates", "stop")
+PROTOCOLS = ("xml", "tools")
 #: The policy's ``stats`` keys, always present. Invariants (checked by the tests):
 #: ``rounds = calls + cache_hits + backend_errors = strict + lenient + fallback`` and
 #: ``fallback = unusable + backend_errors``.
@@ -170,8 +178,19 @@ class LLMEvaluatorPolicy(BasePolicy):
     def __init__(self, backend: Mapping[str, Any] | Any = None, cache: bool | str = True,
                  max_rounds: int | None = None, fallback: str = "top_candidates",
                  prompt: Mapping[str, Any] | None = None, render_mode: str | None = None,
-                 max_backend_error_share: float = 0.05, backend_error_grace: int = 2, **kw: Any) -> None:
+                 max_backend_error_share: float = 0.05, backend_error_grace: int = 2, protocol: str = "xml",
+                 chat: Mapping[str, Any] | None = None, **kw: Any) -> None:
         super().__init__(render_mode=render_mode, **kw)
+        if protocol not in PROTOCOLS:
+            raise ValueError(f"protocol must be one of {PROTOCOLS}, got {protocol!r}")
+        self.protocol = protocol
+        chat = dict(chat or {})
+        #: tools protocol: the server parses tool calls itself (``tools=`` in the request), extra request fields
+        self.native_tools = bool(chat.pop("native_tools", False))
+        self.request_extra = dict(chat.pop("request", None) or {})
+        self.chat_options = chat  # MageChatEnv settings (max_candidates, tools_in_prompt, ...)
+        if protocol == "tools":
+            self.level = "chat"
         if fallback not in FALLBACKS:
             raise ValueError(f"fallback must be one of {FALLBACKS}, got {fallback!r}")
         if max_rounds is not None and max_rounds < 1:
@@ -311,6 +330,85 @@ class LLMEvaluatorPolicy(BasePolicy):
         if len(d.activate) > m:
             d = RoundDecision(activate=d.activate[:m], open=d.open, search=d.search, prune=d.prune, stop=d.stop)
         return d
+
+    # --- the tools protocol (MageRAG-Chat-v0) ---------------------------------------------------
+
+    def complete_chat(self, messages: list[dict[str, Any]]) -> Any:
+        """One reply to a conversation: from the cache when the same conversation was seen, else the backend."""
+        from mage_gym.agent.chat_env import text_of
+        from mage_gym.agent.clients import chat_reply
+
+        db = self._cache_db()
+        key = ""
+        if db is not None:
+            ident = {**self.backend.identity(), "evaluator_prompt": "chat", "native_tools": self.native_tools,
+                     "request": self.request_extra}
+            h = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode())
+            h.update(json.dumps([{"role": m["role"], "content": text_of([m]), "calls": m.get("tool_calls")}
+                                 for m in messages], sort_keys=True, default=str).encode())
+            key = h.hexdigest()
+            row = db.get(key)
+            if row is not None:
+                self.count("evaluator_cache_hits")
+                return json.loads(row[1])
+        requests = getattr(self.backend, "requests", None)
+        before = requests() if callable(requests) else None
+        t0 = time.perf_counter()
+        try:
+            if hasattr(self.backend, "chat"):
+                reply = self.backend.chat(messages)
+            else:
+                reply = chat_reply(self.backend.reader, messages, native_tools=self.native_tools,
+                                   extra=self.request_extra)
+        finally:
+            seconds = time.perf_counter() - t0
+            self.count("evaluator_model_seconds", seconds)
+            after = requests() if callable(requests) else None
+            self.count("evaluator_requests", (after - before) if before is not None and after is not None else 1)
+        self.count("evaluator_calls")
+        if db is not None:
+            ident = {**self.backend.identity(), "prompt_version": "chat"}
+            db.put(key, ident, ReaderOutput(answer=None, raw=json.dumps(reply), seconds=seconds))
+        return reply
+
+    def act_chat(self, messages: list[dict[str, Any]], info: Mapping[str, Any]) -> Any:
+        """The next assistant message for MageRAG-Chat-v0, or None to end the episode without a model call."""
+        from mage_gym.agent.parse import parse_message
+
+        budget = self.env_info.budget if self.env_info else None
+        limit = self.max_rounds or (2 * budget.T + 2 if budget else 14)
+        if self._rounds >= limit:
+            self.last_raw = None
+            return None
+        self._rounds += 1
+        self.count("evaluator_rounds")
+        try:
+            reply = self.complete_chat(messages)
+        except Exception as err:
+            if error_kind(err) not in ("transient", "backend"):
+                raise
+            self._backend_failed(err)
+            self.last_raw = ""
+            self.count("evaluator_fallback")
+            return self._chat_fallback(messages, budget.m if budget else 4)
+        self.last_raw = reply if isinstance(reply, str) else json.dumps(reply)
+        parsed = parse_message(reply)
+        if not parsed.valid:
+            self.count("evaluator_unusable")
+            self.count("evaluator_fallback")
+            log.info("evaluator reply has no valid tool call (%s); fallback %r", parsed.errors[:1], self.fallback)
+            return self._chat_fallback(messages, budget.m if budget else 4)
+        self.count("evaluator_lenient" if parsed.errors else "evaluator_strict")
+        return reply
+
+    def _chat_fallback(self, messages: list[dict[str, Any]], m: int) -> dict[str, Any]:
+        """Stop, or activate the first ``m`` candidates the last observation listed (as tool calls)."""
+        from mage_gym.agent.chat_env import text_of
+
+        listed = [int(n) for n in re.findall(r'<c n="(\d+)"', text_of(messages[-1:]))]
+        if self.fallback == "stop" or not listed:
+            return {"name": "stop", "arguments": {}}
+        return {"name": "activate", "arguments": {"candidates": listed[:m]}}
 
     def _fallback(self, text_view: str, m: int) -> RoundDecision:
         """Stop, or the default pipeline step: open activated elements, activate the top candidates."""

@@ -48,6 +48,8 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
     carries the working subgraph.
     """
     t0 = time.perf_counter()
+    if getattr(policy, "level", "step") == "chat":  # tool calls through MageRAG-Chat-v0 over this same env
+        return run_chat_episode(env, policy, episode_id, seed, t0)
     get = env.get_wrapper_attr  # reaches the env's methods through any wrappers (the outermost one wins)
     options = {"episode_id": episode_id} if episode_id is not None else None
     obs, info = env.reset(seed=seed, options=options)
@@ -87,6 +89,47 @@ def run_episode(env: Any, policy: Policy, episode_id: str | None = None, seed: i
             policy.reset(EnvInfo.from_env(env, seed=seed))
             turn_decisions = 0
     out = get("last_reader_output")
+    return EpisodeResult(
+        episode_id=str(info.get("episode_id", episode_id)), reward=total,
+        components=dict(info.get("reward_components", {})), metrics=dict(info.get("metrics", {})),
+        answer=None if out is None else out.answer, decisions=decisions, invalid=invalid,
+        wall_s=time.perf_counter() - t0, errors=errors,
+    )
+
+
+def run_chat_episode(env: Any, policy: Any, episode_id: str | None = None, seed: int | None = None,
+                     t0: float | None = None) -> EpisodeResult:
+    """One episode of a ``level = "chat"`` policy: ``act_chat(messages, info)`` replies, the chat env acts.
+
+    The chat env (:class:`mage_gym.agent.chat_env.MageChatEnv`) drives ``env``
+    itself, so traces, the reader and the metrics are the same as for any
+    other policy; the policy's chat settings are ``policy.chat_options``. A
+    reply of None ends the episode without a model call (the reader reads).
+    """
+    from mage_gym.agent.chat_env import MageChatEnv
+    from mage_gym.agent.transcripts import assistant_message
+
+    t0 = time.perf_counter() if t0 is None else t0
+    chat = MageChatEnv.wrap(env, **dict(getattr(policy, "chat_options", {}) or {}))
+    messages, info = chat.reset(seed=seed, options={"episode_id": episode_id} if episode_id is not None else None)
+    policy.reset(EnvInfo.from_env(env, seed=seed))
+    convo = list(messages)
+    total, decisions, invalid, done = 0.0, 0, 0, False
+    errors: list[str] = []
+    while not done:
+        reply = policy.act_chat(convo, info)
+        if reply is None:
+            obs, reward, terminated, truncated, info = chat.finish("max_replies")
+        else:
+            obs, reward, terminated, truncated, info = chat.step(reply)
+            convo.append(assistant_message(reply))
+            decisions += 1
+        convo.extend(obs)
+        invalid += int(info.get("format_errors", 0)) + int(info.get("invalid_calls", 0))
+        errors.extend(info.get("errors") or [])
+        total += float(reward)
+        done = bool(terminated or truncated)
+    out = env.get_wrapper_attr("last_reader_output")
     return EpisodeResult(
         episode_id=str(info.get("episode_id", episode_id)), reward=total,
         components=dict(info.get("reward_components", {})), metrics=dict(info.get("metrics", {})),

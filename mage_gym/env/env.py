@@ -575,10 +575,12 @@ class MageRAGEnv(gym.Env):
         self._pending_reward = reward
         return self._result(res, errors, operation="SubmitRound")
 
-    def operate(self, op: str | Op, node: str | int | None = None, query: str | None = None):
+    def operate(self, op: str | Op, node: str | int | None = None, query: str | None = None,
+                reason: str | None = None):
         """One operation addressed by node id (or index) instead of slot; rounds close as in ``step``.
 
-        For scripted policies; SearchEvidence takes ``query`` (free text) or a node.
+        For scripted policies and tool-calling LLMs (:mod:`mage_gym.agent`); SearchEvidence takes
+        ``query`` (free text) or a node; ``reason`` (a prune's) goes to the trace.
         """
         state = self._require()
         if state.stopped:
@@ -590,8 +592,24 @@ class MageRAGEnv(gym.Env):
         if op == Op.SEARCH and query is not None:
             res = self._single(op, -1, query_text=query, free_text=True, auto_close=True)
         else:
-            res = self._single(op, v, auto_close=True)
+            res = self._single(op, v, auto_close=True, reason=reason)
         return self._result(res, [res.error] if res.error else [])
+
+    def count_controller_call(self, raw: str | None = None) -> None:
+        """Count one reply of an LLM controller that acts through single operations (tool calls).
+
+        Why: the reward's cost counts evaluator calls, and :meth:`submit_round`
+        counts one per round; a controller that sends its operations as tool
+        calls through :meth:`operate` (:mod:`mage_gym.agent`) must pay for each
+        model reply the same way. Traces record it as a ``round`` with an empty
+        decision, which :func:`mage_gym.trace.replay` counts again.
+        """
+        state = self._require()
+        if state.stopped:
+            raise RuntimeError("the episode is over; call reset()")
+        state.counters.evaluator_calls += 1
+        if self._observers:
+            self._notify("round", decision=RoundDecision(), raw=raw, candidates=[])
 
     # --- the one place operations happen ---------------------------------------------------
 

@@ -217,6 +217,24 @@ class OpenAIReader(GenerativeReader):
             content = "".join(p.get("text", "") for p in content if isinstance(p, dict))
         return (prefix + str(content)).strip()
 
+    def complete_chat(self, messages: Sequence[dict[str, Any]], **extra: Any) -> dict[str, Any]:
+        """One chat completion of a whole conversation; returns the assistant message (``content``, ``tool_calls``).
+
+        For multi-turn controllers (:mod:`mage_gym.agent`): the same transport,
+        retries and error types as :meth:`generate`; ``extra`` goes into the
+        request body (``tools``, ``response_format``, ...).
+        """
+        payload = {"model": self.model, "messages": list(messages), "max_tokens": self.max_tokens,
+                   "temperature": self.temperature, "stream": False, **self.extra_body, **extra}
+        has_images = any(isinstance(part, dict) and part.get("type") == "image_url"
+                         for m in payload["messages"] if isinstance(m.get("content"), list) for part in m["content"])
+        body = self._post_with_retries(json.dumps(payload).encode("utf-8"), has_images)
+        try:
+            return dict(body["choices"][0]["message"])
+        except (KeyError, IndexError, TypeError) as err:
+            raise ReaderError(f"reader server {self.url} returned no choices: {str(body)[:200]}",
+                              url=self.url, attempts=1, cause="malformed response") from err
+
     def _post_with_retries(self, data: bytes, has_images: bool = False) -> dict[str, Any]:
         attempts = 0
         cause = ""

@@ -1,0 +1,203 @@
+"""Train an LLM evidence controller through MageRAG-Chat-v0's tool calls with TRL: SFT on transcripts, then GRPO.
+
+Run (from the repo root)::
+
+    # 1. transcripts of the privileged teacher (experiments/export_transcripts.py), then SFT on them
+    .venv/bin/python experiments/train_llm.py algo=sft sft.transcripts=outputs/transcripts/<run>/transcripts.jsonl
+    # 2. GRPO from the SFT model on the env's tasks (group rollouts, reward = the env's own reward)
+    .venv/bin/python experiments/train_llm.py algo=grpo model=outputs/train_llm/<sft run>/model \
+        dataset=synth dataset.root=data_out/synth/train24_s6 dataset.split=train env.parser=fast
+
+``algo=grpo``: ``trl.GRPOTrainer(environment_factory=...)`` (TRL 1.16). The
+train split's episodes become tasks (:func:`mage_gym.agent.task_rows`, no
+gold); each rollout is one :class:`mage_gym.agent.trl_env.MageToolEnv` whose
+methods are the tools; ``grpo.group_size`` rollouts replay each task id;
+the reward is the env's terminal reward (a rollout without ``stop`` is
+stopped and read when it ends). Per step, besides TRL's own figures, the
+env's format errors, invalid calls, tokens read, and the share of rollouts
+the model stopped itself are logged (``env/*``). ``algo=sft``:
+``trl.SFTTrainer`` on the transcripts' ``messages`` + ``tools`` (loss on the
+assistant turns only when the chat template marks them).
+
+``model=smollm2`` is the embedded SmolLM2-135M (its tokenizer gets the
+ChatML tool template, :mod:`mage_gym.agent.chat_template`); any local HF
+folder works the same (a Qwen3 checkpoint keeps its own template; on a GPU
+add ``device=cuda dtype=bfloat16 grpo.use_vllm=true``: not measured here).
+``logger=wandb`` (default) logs offline unless ``WANDB_MODE`` says otherwise.
+
+Writes into the Hydra run directory: ``model/`` (weights + tokenizer),
+``results.json`` (settings, per-step curves, seconds), TRL's ``trainer/``.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import hydra
+from omegaconf import DictConfig
+
+from mage_gym.bench.config import (ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section,
+                                       set_threads)
+from mage_gym.bench.chat import chat_episodes, chat_kwargs
+
+#: log_history keys kept as curves in results.json (TRL's names and ours)
+CURVES = ("loss", "reward", "reward_std", "rewards/MageToolEnv/mean", "env/format_errors", "env/invalid_calls",
+          "env/tokens_read", "env/stopped_by_model", "env/tool_calls", "completions/mean_length",
+          "tools/call_frequency", "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time")
+
+
+def env_metrics(prompts: list, completions: list, environments: list | None = None, log_metric: Any = None,
+                **kwargs: Any) -> list[None]:
+    """A reward function that adds nothing to the reward: it logs what the env saw in this batch of rollouts."""
+    if not environments or log_metric is None:
+        return [None] * len(prompts)
+    rows = []
+    for env in environments:
+        env.get_reward()  # finishes a rollout that never called stop (idempotent)
+        rows.append(env._episode_info())
+    n = len(rows)
+    log_metric("env/format_errors", sum(r["stats"]["format_errors"] for r in rows) / n)
+    log_metric("env/invalid_calls", sum(r["stats"]["invalid_calls"] for r in rows) / n)
+    log_metric("env/tool_calls", sum(r["stats"]["tool_calls"] for r in rows) / n)
+    log_metric("env/stopped_by_model", sum(r["stats"]["stopped"] for r in rows) / n)
+    log_metric("env/tokens_read", sum(float((r.get("metrics") or {}).get("tokens_rendered") or 0) for r in rows) / n)
+    return [None] * len(prompts)
+
+
+def _report_to(c: Mapping[str, Any], out: Path) -> str:
+    name = (section(c, "logger") or {"name": "none"}).get("name", "none")
+    if name in (None, "none", False):
+        return "none"
+    os.environ.setdefault("WANDB_MODE", "offline")
+    os.environ.setdefault("WANDB_SILENT", "true")
+    os.environ.setdefault("WANDB_DIR", str(out))
+    os.environ.setdefault("WANDB_PROJECT", (section(c, "logger") or {}).get("project", "mage-gym"))
+    return "wandb"
+
+
+def _peft_config(c: Mapping[str, Any]) -> Any:
+    lora = section(c, "lora")
+    if not lora.get("enabled"):
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)), task_type="CAUSAL_LM",
+                      target_modules="all-linear")
+
+
+def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, report_to: str) -> Any:
+    from datasets import Dataset
+    from trl import GRPOConfig, GRPOTrainer
+
+    from mage_gym.agent.tasks import task_rows
+    from mage_gym.agent.trl_env import environment_factory
+
+    g = section(c, "grpo")
+    episodes = chat_episodes(c)
+    kw = chat_kwargs(c)
+    rows = task_rows(episodes, kw["dataset"], budget=kw.get("budget"), seeds=g.get("seeds") or [0],
+                     split=section(c, "dataset").get("split", "all"),
+                     tools_in_prompt=bool(kw.get("tools_in_prompt", False)))
+    group = int(g.get("group_size", 4))
+    batch = group * int(g.get("prompts_per_step", 1))
+    tokenizer.padding_side = "left"
+    args = GRPOConfig(
+        output_dir=str(out / "trainer"), per_device_train_batch_size=batch, gradient_accumulation_steps=1,
+        num_generations=group, max_completion_length=int(g.get("max_completion_length", 768)),
+        max_tool_calling_iterations=int(g.get("max_tool_calling_iterations", 8)),
+        temperature=float(g.get("temperature", 1.0)), beta=float(g.get("beta", 0.0)), max_steps=int(c["steps"]),
+        learning_rate=float(c["learning_rate"]), logging_steps=1, save_strategy="no", report_to=report_to,
+        use_cpu=c.get("device", "cpu") == "cpu", bf16=c.get("dtype") == "bfloat16", seed=int(c.get("seed", 0)),
+        use_vllm=bool(g.get("use_vllm", False)), vllm_mode=g.get("vllm_mode", "colocate"),
+        dataloader_num_workers=0, reward_weights=[0.0], run_name=out.name)
+    trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, train_dataset=Dataset.from_list(rows),
+                          reward_funcs=[env_metrics], environment_factory=environment_factory(episodes=episodes, **kw),
+                          peft_config=_peft_config(c))
+    trainer.train()
+    return trainer
+
+
+def train_sft(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, report_to: str) -> Any:
+    from datasets import Dataset
+    from trl import SFTConfig, SFTTrainer
+
+    from mage_gym.agent.transcripts import read_jsonl, sft_rows
+
+    s = section(c, "sft")
+    if not s.get("transcripts"):
+        raise ConfigError("algo=sft needs sft.transcripts=PATH (a transcripts.jsonl of experiments/export_transcripts.py)")
+    path = Path(s["transcripts"])
+    if not path.is_file():
+        raise ConfigError(f"sft.transcripts={str(path)!r} is not a file")
+    rows = sft_rows(read_jsonl(path), min_reward=s.get("min_reward"))
+    if not rows:
+        raise ConfigError(f"{path}: no transcript passes the filter (min_reward={s.get('min_reward')})")
+    args = SFTConfig(
+        output_dir=str(out / "trainer"), per_device_train_batch_size=int(s.get("batch_size", 2)),
+        max_steps=int(c["steps"]) if not s.get("epochs") else -1, num_train_epochs=float(s.get("epochs") or 1),
+        learning_rate=float(c["learning_rate"]), logging_steps=1, save_strategy="no", report_to=report_to,
+        use_cpu=c.get("device", "cpu") == "cpu", bf16=c.get("dtype") == "bfloat16", seed=int(c.get("seed", 0)),
+        max_length=int(s.get("max_length", 4096)), assistant_only_loss=bool(s.get("assistant_only_loss", True)),
+        dataloader_num_workers=0, run_name=out.name)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
+                         peft_config=_peft_config(c))
+    trainer.train()
+    return trainer
+
+
+def curves(log_history: list[Mapping[str, Any]]) -> dict[str, list]:
+    """Per-step values of :data:`CURVES` (None where a step did not log the key)."""
+    steps = [h for h in log_history if "step" in h and any(k in h for k in CURVES)]
+    out: dict[str, list] = {"step": [int(h["step"]) for h in steps]}
+    for key in CURVES:
+        values = [h.get(key) for h in steps]
+        if any(v is not None for v in values):
+            out[key] = [None if v is None else float(v) for v in values]
+    return out
+
+
+@hydra.main(version_base=None, config_path="../conf", config_name="train_llm")
+@exit_on_config_error
+def main(cfg: DictConfig) -> None:
+    os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
+    quiet_libraries()
+    c = plain(cfg)
+    algo = c["algo"]
+    if algo not in ("grpo", "sft"):
+        raise ConfigError(f"algo={algo!r}: choose grpo or sft")
+    set_threads(c.get("torch_threads"))
+    out = run_dir()
+    from mage_gym.agent.models import load_model
+
+    t0 = time.perf_counter()
+    try:
+        model, tokenizer = load_model(str(c["model"]), dtype=c.get("dtype", "float32"), device=c.get("device", "cpu"),
+                                      force_template=bool(c.get("force_template")))
+    except FileNotFoundError as err:
+        raise ConfigError(str(err)) from None
+    load_s = time.perf_counter() - t0
+    report_to = _report_to(c, out)
+    t1 = time.perf_counter()
+    trainer = (train_grpo if algo == "grpo" else train_sft)(c, model, tokenizer, out, report_to)
+    train_s = time.perf_counter() - t1
+    if c.get("save_model", True):
+        trainer.save_model(str(out / "model"))
+        tokenizer.save_pretrained(str(out / "model"))
+    history = list(trainer.state.log_history)
+    results = {
+        "kind": "train_llm", "algo": algo, "model": str(c["model"]), "dataset": section(c, "dataset"),
+        "budget": dict(section(c, "env").get("budget") or {}), "chat": section(c, "chat"), "steps": int(c["steps"]),
+        "global_step": int(trainer.state.global_step), "settings": section(c, algo),
+        "curves": curves(history), "load_s": load_s, "train_s": train_s,
+        "model_dir": str(out / "model") if c.get("save_model", True) else None,
+    }
+    (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
+    print(json.dumps({k: results[k] for k in ("algo", "model", "global_step", "train_s")}, indent=1))
+    print(f"results: {out / 'results.json'}")
+
+
+if __name__ == "__main__":
+    main()

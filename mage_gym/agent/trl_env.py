@@ -1,0 +1,138 @@
+"""TRL adapter: the chat env as a ``GRPOTrainer(environment_factory=...)`` environment.
+
+Why this shape: TRL 1.16's ``GRPOTrainer`` runs multi-turn tool calling
+itself. It builds one environment object per rollout from
+``environment_factory``, calls ``reset(**row)`` with the dataset row (the
+string it returns is appended to the prompt's last user message), exposes
+every public method as a tool (name, type hints and Google-style docstring
+become the JSON schema; a test checks they equal :data:`mage_gym.agent.tools.TOOLS`),
+runs the calls the model writes, masks tool output out of the loss, and asks
+``get_reward()`` once per finished rollout.
+
+The tool methods carry no return annotation so that the schemas TRL renders
+into the prompt are exactly :data:`~mage_gym.agent.tools.TOOLS` (what SFT
+transcripts and evaluation render): one prompt format from warm start to
+benchmark. Each tool method is one call through :class:`~mage_gym.agent.chat_env.MageChatEnv`
+(TRL runs the calls of a message one by one, so here every call is a reply
+in the env's count of controller calls; see docs/LLM_TRAINING.md). A rollout
+that ends without ``stop`` (the model wrote no more calls, or hit
+``max_completion_length``) is stopped by ``get_reward``: the reader reads
+what was gathered, and the episode counts as truncated.
+
+Only public methods may be tools, so everything else here is private.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping
+
+from mage_gym.agent.chat_env import MageChatEnv, text_of
+
+
+class MageToolEnv:
+    """One rollout's environment for TRL; build many with :func:`environment_factory`."""
+
+    def __init__(self, make_env: Callable[[], MageChatEnv]) -> None:
+        self._env = make_env()
+        self._done = True
+        self._reward = 0.0
+        self._info: dict[str, Any] = {}
+        self._stats: dict[str, float] = {}
+
+    def reset(self, **row: Any) -> str:
+        """Start the row's task (its ``task`` column); returns the opening state for the prompt."""
+        task = row.get("task")
+        if task is None:
+            raise KeyError("the dataset row has no 'task' column (build it with mage_gym.agent.task_dataset)")
+        messages, info = self._env.reset(options={"task": task})
+        self._done, self._reward, self._info = False, 0.0, dict(info)
+        self._stats = {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0, "stopped": 0.0}
+        return "\n\n" + text_of([m for m in messages if m["role"] == "user"])
+
+    def _call(self, name: str, arguments: Mapping[str, Any]) -> str:
+        if self._done:
+            self._stats["invalid_calls"] += 1
+            return f"{name}: not run: the episode is over"
+        messages, reward, terminated, truncated, info = self._env.step([{"name": name, "arguments": dict(arguments)}])
+        self._reward += reward
+        self._info = dict(info)
+        self._stats["tool_calls"] += 1
+        self._stats["format_errors"] += info.get("format_errors", 0)
+        self._stats["invalid_calls"] += info.get("invalid_calls", 0)
+        if terminated or truncated:
+            self._done = True
+            self._stats["stopped"] = float(name == "stop")
+        return text_of(messages)
+
+    def activate(self, candidates: list[int]):
+        """Add candidates to the evidence by their number n; an element brings its page. Budget per round.
+
+        Args:
+            candidates: Candidate numbers n, as listed under <candidates>.
+        """
+        return self._call("activate", {"candidates": candidates})
+
+    def open(self, ids: list[str]):
+        """Open activated elements by id: the reader then gets their full content (tables, charts, facts).
+
+        Args:
+            ids: Ids of activated elements, e.g. doc:p3:e1.
+        """
+        return self._call("open", {"ids": ids})
+
+    def search(self, query: str):
+        """Search the whole document; the best pages not yet held are activated. Ends the round.
+
+        Args:
+            query: Free-text query.
+        """
+        return self._call("search", {"query": query})
+
+    def prune(self, ids: list[str], reason: str):
+        """Drop activated pages or elements that do not help answer the question. Pruning is final.
+
+        Args:
+            ids: Ids of activated pages or elements.
+            reason: Why they are dropped, in a few words.
+        """
+        return self._call("prune", {"ids": ids, "reason": reason})
+
+    def stop(self):
+        """End the episode: the reader answers from the evidence gathered so far."""
+        return self._call("stop", {})
+
+    def get_reward(self) -> float:
+        """The env's terminal reward; a rollout that never called stop is stopped here (truncated)."""
+        if not self._done:
+            messages, reward, terminated, truncated, info = self._env.finish("rollout_end")
+            self._reward += reward
+            self._info = dict(info)
+            self._done = True
+        return float(self._reward)
+
+    # --- read by the training script's callbacks (not tools: private names) ------------------------
+
+    def _episode_info(self) -> dict[str, Any]:
+        return {**self._info, "stats": dict(self._stats)}
+
+
+def environment_factory(**chat_env_kwargs: Any) -> Callable[[], MageToolEnv]:
+    """A factory TRL calls once per rollout slot; each builds a :class:`MageChatEnv` with these keywords.
+
+    The episodes (and their graphs) are shared between the instances through
+    one provider, so a pool of environments does not load a document twice.
+    """
+    from mage_gym.env.episodes import as_provider
+
+    kwargs = dict(chat_env_kwargs)
+    episodes = kwargs.pop("episodes")
+    provider = as_provider(episodes, parser=kwargs.pop("parser", "layout"), max_graphs=kwargs.pop("max_graphs", 4),
+                           graph_kwargs=kwargs.pop("graph_kwargs", None))
+    if "dataset" not in kwargs and isinstance(episodes, (list, tuple)):
+        from mage_gym.agent.tasks import dataset_label
+
+        kwargs["dataset"] = dataset_label(episodes)
+
+    def make() -> MageToolEnv:
+        return MageToolEnv(lambda: MageChatEnv(episodes=provider, **kwargs))
+
+    return make

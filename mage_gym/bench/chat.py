@@ -1,0 +1,74 @@
+"""The LLM-controller entry points' shared harness (export_transcripts, train_llm): episodes, chat envs, actors.
+
+Why one place: the transcripts an LLM is fine-tuned on, the tasks it is
+trained on with GRPO and the benchmark it is compared in must use the same
+env settings (``conf/env/``, ``conf/budget/``, ``conf/retriever/``, the
+oracle reader) and the same chat settings (``chat:`` in the entry point's
+config), so a model never trains under one view and is scored under another.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Sequence
+
+from mage_gym.bench.config import ConfigError, section
+from mage_gym.bench.protocol import EnvInfo, PolicyRegistry
+from mage_gym.bench.envs import env_kwargs
+
+
+def chat_episodes(cfg: Mapping[str, Any], split: str | None = None) -> list[Any]:
+    """The ``dataset`` node's episodes (``split`` overrides ``dataset.split``); a ConfigError when none."""
+    from mage_gym.data.registry import load_dataset
+
+    ds = section(cfg, "dataset")
+    split = split or ds.get("split", "all")
+    episodes = load_dataset(ds["name"], root=ds.get("root"), split=split, limit=ds.get("limit"),
+                            seed=ds.get("seed", 0))
+    tags = cfg.get("task_tags")
+    if tags:  # e.g. [bridge]: the generator's question kinds (never shown to the model)
+        episodes = [e for e in episodes if set(getattr(e, "task_tags", ()) or ()) & set(tags)]
+    if not episodes:
+        raise ConfigError(f"dataset {ds['name']!r} (root={ds.get('root')!r}, split={split!r}, task_tags={tags}) "
+                          "has no episodes")
+    return episodes
+
+
+def chat_kwargs(cfg: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
+    """``MageChatEnv`` keywords: the env node (budget, reward, K, parser, ...), retriever, reader, chat node."""
+    kw = env_kwargs(cfg)
+    kw.update({k: v for k, v in section(cfg, "chat").items() if v is not None})
+    kw["dataset"] = section(cfg, "dataset")["name"]
+    kw.update(extra)
+    return kw
+
+
+def make_chat_env(episodes: Sequence[Any], cfg: Mapping[str, Any], **extra: Any) -> Any:
+    from mage_gym.agent.chat_env import MageChatEnv
+
+    return MageChatEnv(episodes=list(episodes), **chat_kwargs(cfg, **extra))
+
+
+def policy_actor(env: Any, name: str, options: Mapping[str, Any], registry: PolicyRegistry) -> tuple[Callable, bool]:
+    """(chat actor, privileged) for a step-level policy of ``policies`` acting through ``env``'s tool calls.
+
+    The policy is reset (and bound, for the oracle) at the first reply of
+    each episode; ``registry`` builds it by name (``policies.REGISTRY``); ``env`` must be built with ``numeric_obs_in_info=True``
+    (and ``privileged=True`` for the oracle).
+    """
+    from mage_gym.agent.transcripts import step_actor
+
+    opts = {k: v for k, v in dict(options).items() if k not in ("name", "limit", "only_base_budget", "train")}
+    policy = registry.make(name, **opts)
+    if getattr(policy, "level", "step") != "step":
+        raise ConfigError(f"policy {name!r} decides whole rounds; transcripts need a step-level policy "
+                          "(oracle, ppo, heuristic, ...)")
+    privileged = bool(getattr(registry.policy_class(name), "privileged", False))
+    inner_act = step_actor(env, lambda obs, mask: policy.act(obs, None, mask))
+
+    def actor(messages: list[dict[str, Any]], info: Mapping[str, Any]) -> Any:
+        if len(messages) <= 2:  # the first reply of an episode: (system, user) so far
+            if privileged or getattr(policy, "needs_env", False):
+                policy.bind(env.inner)
+            policy.reset(EnvInfo.from_env(env.inner))
+        return inner_act(messages, info)
+
+    return actor, privileged

@@ -1,0 +1,103 @@
+"""The ChatML tool template and its response template (SmolLM2's missing piece), and the TRL environment class."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+pytest.importorskip("trl")
+
+from mage_gym._compat import ensure_torchvision  # noqa: E402
+
+ensure_torchvision()
+
+from agent_helpers import bpe_chat_tokenizer, toy_chat_env  # noqa: E402
+from mage_gym.agent.chat_template import CHATML_TOOLS_TEMPLATE, knows_tool_calls, prepare_tokenizer  # noqa: E402
+from mage_gym.agent.parse import parse_message  # noqa: E402
+from mage_gym.agent.tasks import task_rows  # noqa: E402
+from mage_gym.agent.tools import TOOLS, TOOLS_BY_NAME  # noqa: E402
+from mage_gym.agent.trl_env import MageToolEnv, environment_factory  # noqa: E402
+from mage_gym.bench.synthetic import hash_query_fn  # noqa: E402
+from mage_gym.testing import toy_episodes  # noqa: E402
+
+CONVO = [{"role": "system", "content": "SYS"}, {"role": "user", "content": "Q"},
+         {"role": "assistant", "content": "", "tool_calls": [
+             {"type": "function", "function": {"name": "activate", "arguments": {"candidates": [1, 2]}}},
+             {"type": "function", "function": {"name": "stop", "arguments": "{}"}}]},
+         {"role": "tool", "name": "activate", "content": "RESULT"}]
+
+
+@pytest.fixture(scope="module")
+def tok():
+    return bpe_chat_tokenizer()
+
+
+def test_renders_tools_calls_and_results_and_trl_accepts_it(tok):
+    from trl.chat_template_utils import is_chat_template_prefix_preserving, supports_tool_calling
+
+    text = tok.apply_chat_template(CONVO, tools=TOOLS, tokenize=False, add_generation_prompt=True)
+    assert text.startswith("<|im_start|>system\nSYS\n\nTools you can call")
+    assert '<tool_call>\n{"name": "activate", "arguments": {"candidates": [1, 2]}}\n</tool_call>' in text
+    assert '<tool_call>\n{"name": "stop", "arguments": {}}\n</tool_call><|im_end|>\n<|im_start|>tool\nRESULT' in text
+    assert text.endswith("<|im_start|>assistant\n")
+    assert supports_tool_calling(tok) and is_chat_template_prefix_preserving(tok)
+    assert not knows_tool_calls(tok) and tok.response_template  # TRL does not know it: the response template is ours
+    # what the template writes, the env's parser reads back
+    block = text.split("<|im_start|>assistant\n")[1].split("<|im_end|>")[0]
+    assert [c.name for c in parse_message(block).calls] == ["activate", "stop"]
+
+
+def test_response_template_parses_generated_calls(tok):
+    parsed = tok.parse_response('<tool_call>\n{"name": "open", "arguments": {"ids": ["d:p1:e2"]}}\n</tool_call>'
+                                "<|im_end|>", prefix="")
+    assert parsed["tool_calls"][0]["function"] == {"name": "open", "arguments": {"ids": ["d:p1:e2"]}}
+    assert tok.parse_response("plain words<|im_end|>", prefix="")["content"] == "plain words"
+
+
+def test_assistant_mask_covers_exactly_what_the_assistant_writes(tok):
+    out = tok.apply_chat_template(CONVO, tools=TOOLS, tokenize=True, return_dict=True,
+                                  return_assistant_tokens_mask=True)
+    ids, mask = out["input_ids"], out["assistant_masks"]
+    said = tok.decode([i for i, m in zip(ids, mask) if m])
+    assert said.startswith("<tool_call>") and said.endswith("</tool_call><|im_end|>") and "RESULT" not in said
+
+
+def test_known_templates_are_kept_unknown_ones_replaced(tok):
+    from trl.chat_template_utils import qwen3_chat_template
+
+    tok.chat_template = qwen3_chat_template
+    del tok.response_template
+    prepare_tokenizer(tok)
+    assert tok.chat_template == qwen3_chat_template  # TRL knows Qwen3: its own template stays
+    tok.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"  # SmolLM2-like: no tool calls
+    prepare_tokenizer(tok)
+    assert tok.chat_template == CHATML_TOOLS_TEMPLATE and tok.response_template["start_anchor"]
+
+
+def test_trl_sees_the_same_tools_as_TOOLS():
+    from transformers.utils import get_json_schema
+
+    env = MageToolEnv(lambda: toy_chat_env())
+    public = [n for n, _ in inspect.getmembers(MageToolEnv, predicate=inspect.isfunction)
+              if not n.startswith("_") and n not in ("reset", "get_reward")]
+    assert sorted(public) == sorted(TOOLS_BY_NAME)
+    for name in public:  # what TRL renders into the prompt is exactly what SFT transcripts and evaluation render
+        assert get_json_schema(getattr(env, name)) == TOOLS_BY_NAME[name]
+
+
+def test_tool_env_runs_calls_as_trl_does_and_owns_the_reward():
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25")
+    a, b = factory(), factory()
+    row = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0]
+    assert "<candidates>" in a.reset(**row) and "<candidates>" in b.reset(**row)
+    tools = {n: getattr(a, n) for n in TOOLS_BY_NAME}  # TRL calls tool_dict[name](**arguments)
+    assert "activated" in tools["activate"](**{"candidates": [1]})
+    assert "no candidate was shown" in tools["activate"](**{"candidates": [77]})
+    assert "unknown id" in tools["open"](**{"ids": ["nope"]})
+    assert "stopped" in tools["stop"]()
+    assert "episode is over" in tools["stop"]()
+    ra, rb = a.get_reward(), b.get_reward()  # b never stopped: stopped for it, truncated
+    assert a.get_reward() == ra and b._episode_info()["stop_reason"] == "rollout_end"
+    assert a._episode_info()["stats"] == {"tool_calls": 4.0, "format_errors": 0.0, "invalid_calls": 3.0,
+                                          "stopped": 1.0}
+    assert isinstance(rb, float)

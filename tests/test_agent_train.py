@@ -1,0 +1,98 @@
+"""The SFT -> GRPO chain of docs/LLM_TRAINING.md through the real entry points, at test scale.
+
+export_transcripts.py (the privileged oracle through MageRAG-Chat-v0) ->
+train_llm.py algo=sft on those transcripts -> train_llm.py algo=grpo from the
+SFT model on the env's tasks. The model is a tiny randomly initialised Llama
+built here with a tokenizer fitted on the env's text (tests/agent_helpers.py);
+the documents are a one-document synthetic corpus. Each entry point runs as a
+real subprocess, as a user would run it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("trl")
+pytestmark = pytest.mark.slow
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    from mage_gym.data.synth.config import SynthConfig
+    from mage_gym.data.synth.corpus import generate_corpus
+
+    root = tmp_path_factory.mktemp("agent_synth")
+    generate_corpus(root, n_docs=1, seed=0, cfg=SynthConfig(min_pages=6, max_pages=6, questions_per_doc=4),
+                    workers=1, progress=False)
+    return root
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory) -> Path:
+    from agent_helpers import build_tiny_chat_model
+
+    return build_tiny_chat_model(tmp_path_factory.mktemp("tiny_chat_model"))
+
+
+def run(script: str, *overrides: str) -> dict:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               WANDB_MODE="offline", TRL_EXPERIMENTAL_SILENCE="1")
+    proc = subprocess.run([sys.executable, f"experiments/{script}", *overrides], cwd=REPO, env=env,
+                          capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run_dir = next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.run.dir="))
+    return json.loads((Path(run_dir) / "results.json").read_text())
+
+
+def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, tmp_path):
+    common = [f"dataset.root={corpus}", "env.parser=fast", "retriever=bm25", "torch_threads=1"]
+    tx = run("export_transcripts.py", "dataset=synth", *common, "policy_name=oracle", "env.budget.k=2",
+             f"hydra.run.dir={tmp_path / 'tx'}")
+    assert tx["episodes"] >= 4 and tx["privileged"] is True and tx["mean_tool_calls"] >= 1
+    rows = [json.loads(x) for x in Path(tx["path"]).read_text().splitlines()]
+    assert all(r["privileged"] and r["messages"][0]["role"] == "system" for r in rows)
+
+    sft = run("train_llm.py", "algo=sft", f"model={tiny_model}", f"sft.transcripts={tx['path']}", "steps=2",
+              "sft.batch_size=1", "logger=wandb", "torch_threads=1", f"hydra.run.dir={tmp_path / 'sft'}")
+    assert sft["global_step"] == 2 and len(sft["curves"]["loss"]) == 2
+    assert all(v > 0 for v in sft["curves"]["loss"])
+    assert (tmp_path / "sft" / "model" / "config.json").is_file()
+    assert list((tmp_path / "sft").glob("wandb/offline-run-*")), "logger=wandb logs offline into the run dir"
+
+    grpo = run("train_llm.py", "algo=grpo", f"model={tmp_path / 'sft' / 'model'}", "dataset=synth", *common,
+               "env.budget.k=2", "steps=2", "grpo.group_size=2", "grpo.max_completion_length=48",
+               "grpo.max_tool_calling_iterations=2", "chat.max_candidates=4", "logger=none",
+               f"hydra.run.dir={tmp_path / 'grpo'}")
+    c = grpo["curves"]
+    assert grpo["global_step"] == 2 and c["step"] == [1, 2]
+    # the env's own reward is what GRPO logs (and optimises), with the env's process figures beside it
+    assert len(c["rewards/MageToolEnv/mean"]) == 2 and all(-2 < r < 2 for r in c["rewards/MageToolEnv/mean"])
+    assert c["reward"] == c["rewards/MageToolEnv/mean"]
+    assert all(t > 0 for t in c["env/tokens_read"]) and "env/format_errors" in c
+
+    # the curves of both runs on one figure, with the points beside it (what docs/results publishes)
+    out = tmp_path / "curves"
+    proc = subprocess.run([sys.executable, "experiments/analysis/plot_llm_training.py", str(tmp_path / "sft"),
+                           str(tmp_path / "grpo"), "--out", str(out)], cwd=REPO, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    both = json.loads((out / "results.json").read_text())
+    assert [r["algo"] for r in both["runs"]] == ["sft", "grpo"]
+    assert both["runs"][1]["curves"]["rewards/MageToolEnv/mean"] == c["rewards/MageToolEnv/mean"]
+    assert (out / "llm_training_curves.png").stat().st_size > 1000
+
+
+def test_the_dagger_students_transcripts(corpus, tmp_path):
+    """policy_name=ppo: the shipped DAgger student (hybrid retriever, K=64, as its sidecar says) through the chat."""
+    tx = run("export_transcripts.py", "dataset=synth", f"dataset.root={corpus}", "env.parser=fast", "torch_threads=1",
+             "policy_name=ppo", "env.budget.k=2", f"hydra.run.dir={tmp_path / 'tx'}")
+    rows = [json.loads(x) for x in Path(tx["path"]).read_text().splitlines()]
+    assert tx["privileged"] is False and rows and not any(r["privileged"] for r in rows)
+    assert all(r["source"] == "ppo" and "The episode ended" in r["messages"][-1]["content"] for r in rows)

@@ -337,7 +337,7 @@ def _superseded(results: Sequence[PublishedResult], link: Link,
     lines = ["Kept for the record and left out of the tables above; each page says what replaced it and why.", ""]
     for r in results:
         new = by_name[str(r.superseded_by)]
-        lines.append(f"- [{r.name}]({link(r)}) → [{new.name}]({link(new)})")
+        lines.append(f"- [{r.name}]({link(r)}) → `{new.name}`")  # the replacement is listed above with its link
     return lines
 
 

@@ -244,6 +244,24 @@ class LLMEvaluatorPolicy(BasePolicy):
                  + b"\x00prefix\x00" + prompt.response_prefix.encode())
         return h.hexdigest()
 
+    def _timed_call(self, call: Callable[[], Any]) -> tuple[Any, float]:
+        """``call()``'s result and seconds; model seconds and server requests are counted even when it raises.
+
+        A backend that counts its own HTTP requests (``requests()``) is read
+        before and after, so retries inside one call are counted; others count 1.
+        """
+        requests = getattr(self.backend, "requests", None)
+        before = requests() if callable(requests) else None
+        t0 = time.perf_counter()
+        try:
+            result = call()
+        finally:
+            seconds = time.perf_counter() - t0
+            self.count("evaluator_model_seconds", seconds)
+            after = requests() if callable(requests) else None
+            self.count("evaluator_requests", (after - before) if before is not None and after is not None else 1)
+        return result, seconds
+
     def complete(self, prompt: ReaderPrompt) -> str:
         """One evaluator reply: from the cache when the same prompt was seen, else from the backend.
 
@@ -257,16 +275,7 @@ class LLMEvaluatorPolicy(BasePolicy):
             if row is not None:
                 self.count("evaluator_cache_hits")
                 return row[1]
-        requests = getattr(self.backend, "requests", None)
-        before = requests() if callable(requests) else None
-        t0 = time.perf_counter()
-        try:
-            raw = self.backend.complete(prompt)
-        finally:
-            seconds = time.perf_counter() - t0
-            self.count("evaluator_model_seconds", seconds)
-            after = requests() if callable(requests) else None
-            self.count("evaluator_requests", (after - before) if before is not None and after is not None else 1)
+        raw, seconds = self._timed_call(lambda: self.backend.complete(prompt))
         self.count("evaluator_calls")
         if db is not None:
             ident = {**self.backend.identity(), "prompt_version": EVALUATOR_PROMPT_VERSION}
@@ -351,20 +360,13 @@ class LLMEvaluatorPolicy(BasePolicy):
             if row is not None:
                 self.count("evaluator_cache_hits")
                 return json.loads(row[1])
-        requests = getattr(self.backend, "requests", None)
-        before = requests() if callable(requests) else None
-        t0 = time.perf_counter()
-        try:
+        def call() -> Any:
             if hasattr(self.backend, "chat"):
-                reply = self.backend.chat(messages)
-            else:
-                reply = chat_reply(self.backend.reader, messages, native_tools=self.native_tools,
-                                   extra=self.request_extra)
-        finally:
-            seconds = time.perf_counter() - t0
-            self.count("evaluator_model_seconds", seconds)
-            after = requests() if callable(requests) else None
-            self.count("evaluator_requests", (after - before) if before is not None and after is not None else 1)
+                return self.backend.chat(messages)
+            return chat_reply(self.backend.reader, messages, native_tools=self.native_tools,
+                              extra=self.request_extra)
+
+        reply, seconds = self._timed_call(call)
         self.count("evaluator_calls")
         if db is not None:
             ident = {**self.backend.identity(), "prompt_version": "chat"}

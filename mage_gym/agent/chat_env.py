@@ -69,7 +69,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
@@ -81,7 +81,7 @@ from mage_gym.agent.tasks import TaskId, dataset_label
 from mage_gym.ids import CHAT_ENV_ID  # registered by ``import mage_gym``
 from mage_gym.agent.view import ChatView, ViewSnapshot, budget_numbers, parse_text_view
 from mage_gym.env.budget import Budget
-from mage_gym.env.episodes import SealedEpisodes, as_provider, choose_episode_id
+from mage_gym.env.episodes import SealedSpec, as_provider, choose_episode_id
 
 __all__ = ["CHAT_ENV_ID", "CallResult", "MageChatEnv", "fingerprint", "make_chat_env", "text_of", "to_openai_messages"]
 FEEDBACK_ROLES = ("auto", "tool", "user")
@@ -159,18 +159,7 @@ class MageChatEnv(gym.Env):
 
     # --- spec and inner envs -------------------------------------------------------------------
 
-    @property
-    def spec(self):  # type: ignore[override]
-        return self._spec
-
-    @spec.setter
-    def spec(self, value) -> None:
-        """``gym.make`` records its keywords; the episodes (with their gold) become a sealed handle."""
-        if value is not None and isinstance(getattr(value, "kwargs", None), Mapping) and "episodes" in value.kwargs:
-            value = replace(value, kwargs={**value.kwargs, "episodes": SealedEpisodes(self._provider)})
-        self._spec = value
-
-    _spec = None
+    spec = SealedSpec()  # gym.make's keywords, the episodes sealed
 
     def inner_env(self, budget: Budget | None = None) -> gym.Env:
         """The ``MageRAG-v0`` stack playing ``budget`` (one per budget, all sharing the episodes)."""

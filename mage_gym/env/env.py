@@ -22,7 +22,7 @@ the operations inside an LLM round reach them too).
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
@@ -32,7 +32,7 @@ from gymnasium import spaces
 from mage_gym.env.actions import OP_BY_NAME, OP_NAMES, ActionLayout, Op, OpResult, action_mask, apply_operation
 from mage_gym.env.candidates import fill_slots
 from mage_gym.env.config import EnvConfig
-from mage_gym.env.episodes import LoadedEpisode, SealedEpisodes, as_provider, choose_episode_id, provider_max_turns
+from mage_gym.env.episodes import LoadedEpisode, SealedSpec, as_provider, choose_episode_id, provider_max_turns
 from mage_gym.env.graph_index import GraphIndex, graph_index
 from mage_gym.env.initial import activate_entry_pages, initial_state
 from mage_gym.env.observation import (
@@ -317,18 +317,7 @@ class MageRAGEnv(gym.Env):
 
     # --- public read-only views (no gold) --------------------------------------------
 
-    @property
-    def spec(self):  # type: ignore[override]
-        return self._spec
-
-    @spec.setter
-    def spec(self, value) -> None:
-        """``gym.make`` records its keywords here; the episodes (with their gold) become a sealed handle."""
-        if value is not None and isinstance(getattr(value, "kwargs", None), Mapping) and "episodes" in value.kwargs:
-            value = replace(value, kwargs={**value.kwargs, "episodes": SealedEpisodes(self._provider)})
-        self._spec = value
-
-    _spec = None
+    spec = SealedSpec()  # gym.make's keywords, the episodes sealed
 
     @property
     def retriever(self) -> Retriever:

@@ -19,7 +19,7 @@ episode's end.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Iterable, Mapping, Protocol, Sequence, runtime_checkable
 
 import numpy as np
@@ -340,6 +340,22 @@ class SealedEpisodes:
 
     def _provider(self) -> "EpisodeProvider":
         return self.__provider
+
+
+class SealedSpec:
+    """The ``spec`` attribute of an env that holds episodes: ``gym.make`` records its keywords there, and the
+    episodes (with their gold) are swapped for a :class:`SealedEpisodes` handle on the owner's ``_provider``.
+
+    One descriptor for every env class that takes ``episodes=`` (``MageRAG-v0``, ``MageRAG-Chat-v0``).
+    """
+
+    def __get__(self, obj: Any, owner: Any = None) -> Any:
+        return self if obj is None else obj.__dict__.get("_sealed_spec")
+
+    def __set__(self, obj: Any, value: Any) -> None:
+        if value is not None and isinstance(getattr(value, "kwargs", None), Mapping) and "episodes" in value.kwargs:
+            value = replace(value, kwargs={**value.kwargs, "episodes": SealedEpisodes(obj._provider)})
+        obj.__dict__["_sealed_spec"] = value
 
 
 def as_provider(episodes: Any, parser: str = "layout", max_graphs: int = 4,

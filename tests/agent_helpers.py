@@ -15,6 +15,16 @@ from mage_gym._compat import ensure_torchvision
 ANSWER = "ZEBRA-4417-QUARTZ"  # a gold answer no message may contain
 
 
+def one_document_corpus(root: Path, pages: int, questions: int) -> Path:
+    """A generated synthetic corpus of one document (seed 0) under ``root``: what the entry-point tests read."""
+    from mage_gym.data.synth.config import SynthConfig
+    from mage_gym.data.synth.corpus import generate_corpus
+
+    generate_corpus(root, n_docs=1, seed=0, cfg=SynthConfig(min_pages=pages, max_pages=pages,
+                                                            questions_per_doc=questions), workers=1, progress=False)
+    return root
+
+
 def toy_chat_env(**kw: Any):
     """MageChatEnv over the four toy episodes (one graph, hashed query vectors, BM25)."""
     from mage_gym.agent.chat_env import MageChatEnv

@@ -40,13 +40,9 @@ def sub_env() -> dict:
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    from mage_gym.data.synth.config import SynthConfig
-    from mage_gym.data.synth.corpus import generate_corpus
+    from agent_helpers import one_document_corpus
 
-    root = tmp_path_factory.mktemp("doc_synth")
-    generate_corpus(root, n_docs=1, seed=0, cfg=SynthConfig(min_pages=4, max_pages=4, questions_per_doc=2),
-                    workers=1, progress=False)
-    return root
+    return one_document_corpus(tmp_path_factory.mktemp("doc_synth"), pages=4, questions=2)
 
 
 def test_every_command_of_the_doc_is_one_the_tests_run():

@@ -25,13 +25,9 @@ REPO = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory) -> Path:
-    from mage_gym.data.synth.config import SynthConfig
-    from mage_gym.data.synth.corpus import generate_corpus
+    from agent_helpers import one_document_corpus
 
-    root = tmp_path_factory.mktemp("agent_synth")
-    generate_corpus(root, n_docs=1, seed=0, cfg=SynthConfig(min_pages=6, max_pages=6, questions_per_doc=4),
-                    workers=1, progress=False)
-    return root
+    return one_document_corpus(tmp_path_factory.mktemp("agent_synth"), pages=6, questions=4)
 
 
 @pytest.fixture(scope="module")

@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 
+from mage_gym.bench.rerank_data import recall_at
 from mage_gym.bench.results import write_json
 
 KS = (1, 3, 5, 10)
@@ -93,10 +94,6 @@ def measure(dataset: str, split: str, args: argparse.Namespace, hybrid: Any, rer
     return rows
 
 
-def recall(order: list[int], gold: tuple[int, ...], k: int) -> float:
-    return len(set(order[:k]) & set(gold)) / len(gold)
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--datasets", nargs="*", default=["mmlongbench", "financebench", "synth"])
@@ -142,13 +139,13 @@ def main() -> None:
             all_rows += rows
             n = len(rows)
             for name in ("hybrid", "hybrid_rerank"):
-                m = {"questions": n, **{f"R@{k}": float(np.mean([recall(r["orders"][name], r["gold"], k)
+                m = {"questions": n, **{f"R@{k}": float(np.mean([recall_at(r["orders"][name], r["gold"], k)
                                                                    for r in rows])) if n else None for k in KS}}
                 results["runs"].append({"dataset": ds, "split": split, "retriever": name, "metrics": m})
             key = f"{ds}/{split}"
-            results["deltas"][key] = {f"R@{k}": paired_delta([recall(r["orders"]["hybrid_rerank"], r["gold"], k)
+            results["deltas"][key] = {f"R@{k}": paired_delta([recall_at(r["orders"]["hybrid_rerank"], r["gold"], k)
                                                               for r in rows],
-                                                             [recall(r["orders"]["hybrid"], r["gold"], k)
+                                                             [recall_at(r["orders"]["hybrid"], r["gold"], k)
                                                               for r in rows]) for k in KS} if n else {}
             missed = [r for r in rows if r["pairs"] > 0]
             results["cost"][key] = {

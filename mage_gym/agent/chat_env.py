@@ -85,7 +85,13 @@ from mage_gym.env.episodes import SealedSpec, as_provider, choose_episode_id
 
 __all__ = ["CHAT_ENV_ID", "CallResult", "MageChatEnv", "fingerprint", "make_chat_env", "text_of", "to_openai_messages"]
 FEEDBACK_ROLES = ("auto", "tool", "user")
-_PROVIDER_KEYS = ("parser", "max_graphs", "graph_kwargs")
+
+
+def pop_provider_settings(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """Take the episode provider's settings (``parser``, ``max_graphs``, ``graph_kwargs``) out of ``kwargs``,
+    with :func:`~mage_gym.env.episodes.as_provider`'s defaults: what every chat-env builder passes to it."""
+    return {"parser": kwargs.pop("parser", "layout"), "max_graphs": kwargs.pop("max_graphs", 4),
+            "graph_kwargs": kwargs.pop("graph_kwargs", None)}
 
 
 @dataclass(frozen=True)
@@ -125,10 +131,7 @@ class MageChatEnv(gym.Env):
             self.budget = inner.get_wrapper_attr("budget")
             self._inners[self.budget] = inner
         else:
-            provider_kw = {k: env_kwargs.pop(k) for k in _PROVIDER_KEYS if k in env_kwargs}
-            self._provider = as_provider(episodes, parser=provider_kw.get("parser", "layout"),
-                                         max_graphs=provider_kw.get("max_graphs", 4),
-                                         graph_kwargs=provider_kw.get("graph_kwargs"))
+            self._provider = as_provider(episodes, **pop_provider_settings(env_kwargs))
             self.budget = Budget.coerce(budget)
         self._env_kwargs = env_kwargs
         self.view = ChatView(int(max_candidates), int(preview_chars), int(summary_chars), int(content_chars))
@@ -480,22 +483,16 @@ class MageChatEnv(gym.Env):
 
     def _process(self, snap: ViewSnapshot | None) -> dict[str, Any]:
         """Per-turn quantities that need no gold: cost spent so far, budget left, error counts."""
-        from mage_gym import reward as R
-
         inner = self._inner
         assert inner is not None
-        cfg = inner.get_wrapper_attr("reward_config")
         b = self.task.budget
-        op_cap = cfg.op_cap or b.max_steps
-        call_cap = cfg.call_cap or (b.T + 1)
         out: dict[str, Any] = {"steps_used": self._steps_used(), "step_cap": self._step_cap(),
                                "format_errors_total": self._totals["format_errors"],
                                "invalid_calls_total": self._totals["invalid_calls"],
                                "replies": self._totals["replies"]}
         if snap is None:  # the episode ended: the terminal components say it all
             return out
-        tokens = int(inner.unwrapped.render().tokens)
-        cost, parts = R.cost(tokens, self._operations, self._replies, cfg, op_cap, call_cap)
+        tokens, cost, parts = inner.unwrapped.cost_so_far(self._operations, self._replies)
         nums = budget_numbers(snap)
         out["process"] = {
             "cost": cost, **parts, "tokens_held": tokens, "operations": self._operations,

@@ -121,12 +121,12 @@ def environment_factory(**chat_env_kwargs: Any) -> Callable[[], MageToolEnv]:
     The episodes (and their graphs) are shared between the instances through
     one provider, so a pool of environments does not load a document twice.
     """
+    from mage_gym.agent.chat_env import pop_provider_settings
     from mage_gym.env.episodes import as_provider
 
     kwargs = dict(chat_env_kwargs)
     episodes = kwargs.pop("episodes")
-    provider = as_provider(episodes, parser=kwargs.pop("parser", "layout"), max_graphs=kwargs.pop("max_graphs", 4),
-                           graph_kwargs=kwargs.pop("graph_kwargs", None))
+    provider = as_provider(episodes, **pop_provider_settings(kwargs))
     if "dataset" not in kwargs and isinstance(episodes, (list, tuple)):
         from mage_gym.agent.tasks import dataset_label
 

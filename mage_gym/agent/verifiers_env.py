@@ -162,20 +162,17 @@ class MageChatEnvConfig(vf.EnvConfig):
 
 def _make_chat_env(cfg: MageChatTasksetConfig) -> Any:
     """A fresh chat env for one episode; episodes and graphs are shared per process (one provider per split)."""
-    from mage_gym.agent.chat_env import MageChatEnv
+    from mage_gym.agent.chat_env import MageChatEnv, pop_provider_settings
     from mage_gym.env.episodes import as_provider
 
     chat = {"parser": cfg.parser, "retriever": cfg.retriever, **cfg.chat}
-    key = repr((cfg.dataset, cfg.split, cfg.root, cfg.limit, cfg.data_seed, chat.get("parser"),
-                chat.get("graph_kwargs")))
+    settings = pop_provider_settings(chat)
+    key = repr((cfg.dataset, cfg.split, cfg.root, cfg.limit, cfg.data_seed, settings["parser"],
+                settings["graph_kwargs"]))
     with _LOCK:
         provider = _PROVIDERS.get(key)
         if provider is None:
-            provider = _PROVIDERS[key] = as_provider(_episodes(cfg), parser=chat.pop("parser", "layout"),
-                                                     graph_kwargs=chat.pop("graph_kwargs", None))
-        else:
-            chat.pop("parser", None)
-            chat.pop("graph_kwargs", None)
+            provider = _PROVIDERS[key] = as_provider(_episodes(cfg), **settings)
     return MageChatEnv(episodes=provider, dataset=cfg.dataset, budget=cfg.budget or None, **chat)
 
 

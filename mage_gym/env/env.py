@@ -584,6 +584,16 @@ class MageRAGEnv(gym.Env):
             res = self._single(op, v, auto_close=True, reason=reason)
         return self._result(res, [res.error] if res.error else [])
 
+    def cost_so_far(self, operations: int, calls: int) -> tuple[int, float, dict[str, float]]:
+        """``(tokens, cost, parts)``: the terminal cost's formula on what the reader would get now, with this
+        env's own caps, for ``operations`` and ``calls`` counted by the caller (a chat env counts a whole
+        conversation). Needs no gold: safe as a per-turn process figure."""
+        from mage_gym import reward as R
+
+        tokens = int(self.render().tokens)
+        cost, parts = R.cost(tokens, operations, calls, self.reward_config, self._op_cap, self._call_cap)
+        return tokens, cost, parts
+
     def count_controller_call(self, raw: str | None = None) -> None:
         """Count one reply of an LLM controller that acts through single operations (tool calls).
 

@@ -265,7 +265,7 @@ class RerankedRetriever:
         ce_pages = np.zeros(n, dtype=np.float32)
         if top:
             ce_pages[np.asarray(top)] = np.where(np.isfinite(ce), _sigmoid(ce), 0.0)
-        el_page = np.fromiter((e.page for e in graph.elements), dtype=np.intp, count=graph.n_elements)
+        el_page = graph.node_page[graph.n_pages:]  # cached on the graph
         ce_scores = Scores(pages=ce_pages, elements=ce_pages[el_page] if len(el_page) else np.zeros(0, np.float32))
         components = {**{k: v for k, v in comps.items() if k in self.components}, "cross_encoder": ce_scores}
         return Scores(pages=pages, elements=np.asarray(fused.elements, dtype=np.float32)), components

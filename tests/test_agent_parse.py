@@ -25,6 +25,25 @@ def test_tools_are_openai_function_schemas():
     assert len(tool_call_schema()["anyOf"]) == len(TOOLS)
 
 
+def test_tool_call_schema_bounds_lists_and_strings_and_can_leave_them_open():
+    from jsonschema import Draft202012Validator
+
+    bounded, open_ = Draft202012Validator(tool_call_schema(max_items=3, max_chars=10)), \
+        Draft202012Validator(tool_call_schema(max_items=None, max_chars=None))
+    for ok in ({"name": "activate", "arguments": {"candidates": [1, 2]}}, {"name": "stop", "arguments": {}},
+               {"name": "prune", "arguments": {"ids": ["d:p1"], "reason": "off topic"}}):
+        assert bounded.is_valid(ok) and open_.is_valid(ok)
+    for too_much in ({"name": "activate", "arguments": {"candidates": [1, 2, 3, 4]}},
+                     {"name": "open", "arguments": {"ids": []}},
+                     {"name": "search", "arguments": {"query": "x" * 11}},
+                     {"name": "open", "arguments": {"ids": ["d:p1:e123456"]}}):
+        assert not bounded.is_valid(too_much) and open_.is_valid(too_much)
+    assert not open_.is_valid({"name": "stop", "arguments": {"why": "done"}})  # no extra keys
+    assert not open_.is_valid({"name": "fly", "arguments": {}})
+    for t in TOOLS:  # the tools themselves stay unbounded
+        assert "maxItems" not in json.dumps(t) and "maxLength" not in json.dumps(t)
+
+
 def test_tagged_text_blocks_in_order_with_a_truncated_last_block():
     text = ('I will add two candidates.\n<tool_call>{"name": "activate", "arguments": {"candidates": [2, 5]}}'
             '</tool_call>\n<tool_call>{"name": "open", "arguments": {"ids": ["d:p1:e2"]}}')  # generation stopped

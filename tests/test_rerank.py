@@ -70,6 +70,28 @@ def test_rrf_combination_and_passage_choice() -> None:
         _reranker(depth=0)
 
 
+def test_passages_come_best_cosine_first_so_fewer_per_page_are_a_prefix() -> None:
+    from mage_gym.retrieval.page_text import page_chunks
+
+    g = make_toy_graph(n_pages=6, elements_per_page=8, dim=16)
+    q = Query("asia margin risk")  # no vector: the chunks' own encoder reads it, so cosines order passages
+    wide = _reranker(chunks_per_page=4, chunk_chars=60)
+    chunks = page_chunks(g, 60)
+    sims = wide.passages.index(g).vectors @ wide.passages.query_vector(g, q)
+    checked = 0
+    for p in range(g.n_pages):
+        rows = np.flatnonzero(chunks.page == p)
+        if len(rows) < 3:
+            continue
+        texts, _ = wide.passages_of(g, q, [p])
+        cos = [float(sims[rows[[chunks.texts[i] for i in rows].index(t)]]) for t in texts]
+        assert cos == sorted(cos, reverse=True), "a page's passages: best dense cosine first"
+        for c in (1, 2):
+            assert _reranker(chunks_per_page=c, chunk_chars=60).passages_of(g, q, [p])[0] == texts[:c]
+        checked += 1
+    assert checked, "the toy pages hold several chunks"
+
+
 def test_scores_are_cached_on_disk_by_model_question_and_passages(tmp_path) -> None:
     g = make_toy_graph(n_pages=8, elements_per_page=3, dim=16)
     q = QF("employees in europe")

@@ -186,18 +186,11 @@ def reranked_order(q: RerankQuestion, scores: Sequence[np.ndarray], depth: int, 
                    rrf_k: float = 60.0) -> list[int]:
     """The page order :class:`~mage_gym.retrieval.rerank.RerankedRetriever` gives with these settings, from the
     passages' scores (``scores[i]``: the scores of ``q.passages[i]``, best-cosine passage first)."""
-    from mage_gym.retrieval.fusion import competition_ranks
+    from mage_gym.retrieval.rerank import rerank_positions
 
     top = q.order[:depth]
     ce = np.array([float(np.max(s[:chunks_per_page])) if len(s) else -np.inf for s in scores[:depth]])
-    if combine == "ce":
-        key = np.where(np.isfinite(ce), ce, -1e9)
-    else:
-        ce_rank = competition_ranks(np.where(np.isfinite(ce), ce, -np.inf)).astype(np.float64)
-        ce_rank[~np.isfinite(ce)] = np.inf
-        key = 1.0 / (rrf_k + np.arange(1, len(top) + 1)) + 1.0 / (rrf_k + ce_rank)
-    rerank = np.lexsort((np.arange(len(top)), -key))
-    return [top[i] for i in rerank] + q.order[depth:]
+    return [top[i] for i in rerank_positions(ce, combine, rrf_k)] + q.order[depth:]
 
 
 def recall_at(order: Sequence[int], gold: Sequence[int], k: int) -> float:

@@ -198,7 +198,13 @@ class RerankedRetriever:
     # -- the cross-encoder over the top pages
 
     def passages_of(self, graph: EvidenceGraph, query: Query, pages: list[int]) -> tuple[list[str], list[int]]:
-        """The passages read for ``pages``: each page's ``chunks_per_page`` chunks of best dense cosine."""
+        """The passages read for ``pages``: each page's ``chunks_per_page`` chunks of best dense cosine, best first.
+
+        Best first, not in page order: a caller that reads fewer passages per
+        page (the settings grid of :mod:`mage_gym.bench.rerank_data`) or takes
+        a page's first passage as its best (hard negatives) must get the ones
+        this retriever would read with that setting.
+        """
         from mage_gym.retrieval.page_text import page_chunks
 
         chunks = self._chunks.get(graph, None, lambda: page_chunks(graph, self.passages.chunk_chars))
@@ -212,10 +218,9 @@ class RerankedRetriever:
             sims = idx.vectors @ self.passages.query_vector(graph, query)
         for p in pages:
             rows = np.flatnonzero(cp == p)
-            if sims is not None and len(rows) > self.chunks_per_page:
-                rows = rows[np.argsort(-sims[rows], kind="stable")[: self.chunks_per_page]]
-            rows = rows[: self.chunks_per_page]
-            for i in sorted(rows.tolist()):
+            if sims is not None:
+                rows = rows[np.argsort(-sims[rows], kind="stable")]
+            for i in rows[: self.chunks_per_page].tolist():
                 texts.append(chunks.texts[i])
                 owners.append(p)
         return texts, owners
@@ -252,15 +257,7 @@ class RerankedRetriever:
         pages = np.zeros(n, dtype=np.float32)
         pages[first_order] = (n - np.arange(n, dtype=np.float32)) / (n + 1.0)  # first-stage order, in (0, 1)
         if top:
-            if self.combine == "ce":
-                key = np.where(np.isfinite(ce), ce, -1e9).astype(np.float64)
-            else:
-                from mage_gym.retrieval.fusion import competition_ranks
-
-                ce_rank = competition_ranks(np.where(np.isfinite(ce), ce, -np.inf)).astype(np.float64)
-                ce_rank[~np.isfinite(ce)] = np.inf
-                key = 1.0 / (self.rrf_k + np.arange(1, len(top) + 1)) + 1.0 / (self.rrf_k + ce_rank)
-            rerank = np.lexsort((np.arange(len(top)), -key))  # ties keep the first stage's order
+            rerank = rerank_positions(ce, self.combine, self.rrf_k)
             pages[np.asarray(top)[rerank]] = 2.0 + (len(top) - np.arange(len(top), dtype=np.float32)) / (len(top) + 1.0)
         ce_pages = np.zeros(n, dtype=np.float32)
         if top:
@@ -274,6 +271,27 @@ class RerankedRetriever:
         return self.score_with_components(graph, query)[0]
 
 
+def rerank_positions(ce: np.ndarray, combine: str, rrf_k: float = 60.0) -> np.ndarray:
+    """The new order of the first stage's top pages, as positions into them, from their cross-encoder scores.
+
+    ``ce[i]``: the score of the first stage's ``i``-th page (-inf: a page
+    without text, ranked last). ``combine="ce"`` orders by the score alone;
+    ``"rrf"`` fuses the first stage's rank with the score's rank by reciprocal
+    rank (``rrf_k``). Ties keep the first stage's order. One rule for the
+    retriever and for the settings grid that chooses its defaults.
+    """
+    ce = np.asarray(ce, dtype=np.float64)
+    if combine == "ce":
+        key = np.where(np.isfinite(ce), ce, -1e9)
+    else:
+        from mage_gym.retrieval.fusion import competition_ranks
+
+        ce_rank = competition_ranks(np.where(np.isfinite(ce), ce, -np.inf)).astype(np.float64)
+        ce_rank[~np.isfinite(ce)] = np.inf
+        key = 1.0 / (rrf_k + np.arange(1, len(ce) + 1)) + 1.0 / (rrf_k + ce_rank)
+    return np.lexsort((np.arange(len(ce)), -key))
+
+
 def settings_of(cfg: Mapping[str, Any]) -> dict[str, Any]:
     """The keyword settings of :class:`RerankedRetriever` in ``cfg`` (what the factory passes through)."""
     keys = ("depth", "chunks_per_page", "chunk_chars", "combine", "rrf_k", "rerank_searches", "cache", "cache_dir",
@@ -281,4 +299,4 @@ def settings_of(cfg: Mapping[str, Any]) -> dict[str, Any]:
     return {k: cfg[k] for k in keys if k in cfg and cfg[k] is not None}
 
 
-__all__ = ["COMBINES", "CrossEncoderChannel", "RerankedRetriever", "ScoreStore", "settings_of"]
+__all__ = ["COMBINES", "CrossEncoderChannel", "RerankedRetriever", "ScoreStore", "rerank_positions", "settings_of"]

@@ -338,3 +338,26 @@ def test_a_reader_pickles_and_still_reads(scripted):
     srv = scripted([])
     reader = pickle.loads(pickle.dumps(OpenAIReader(model="m", base_url=srv.base, vision=False, max_tokens=9)))
     assert reader.max_tokens == 9 and reader.read(_text_input()).answer and reader.calls == 1
+
+
+def test_image_data_uri_one_encoder_for_every_client():
+    import base64
+    import io
+
+    from PIL import Image
+
+    from mage_gym.agent.chat_env import to_openai_messages
+    from mage_gym.readers.base import image_data_uri
+
+    rgba = Image.new("RGBA", (6, 4), (10, 200, 30, 128))
+    for fmt, magic in (("png", b"\x89PNG"), ("jpeg", b"\xff\xd8"), ("jpg", b"\xff\xd8")):
+        uri = image_data_uri(rgba, fmt)
+        head, data = uri.split(",", 1)
+        assert head == f"data:image/{'png' if fmt == 'png' else 'jpeg'};base64"
+        raw = base64.b64decode(data)
+        assert raw.startswith(magic) and Image.open(io.BytesIO(raw)).size == (6, 4)
+    with pytest.raises(ValueError, match="png"):
+        image_data_uri(rgba, "gif")
+    msgs = [{"role": "user", "content": [{"type": "text", "text": "page"}, {"type": "image", "image": rgba}]}]
+    sent = to_openai_messages(msgs)[0]["content"][1]["image_url"]["url"]
+    assert sent == image_data_uri(rgba, "png"), "the chat env sends the reader's bytes"

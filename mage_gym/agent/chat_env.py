@@ -507,8 +507,7 @@ class MageChatEnv(gym.Env):
 
 def to_openai_messages(messages: Sequence[Mapping[str, Any]], image_format: str = "png") -> list[dict[str, Any]]:
     """The same messages with image parts as OpenAI ``image_url`` data URIs (what a vision server takes)."""
-    import base64
-    import io
+    from mage_gym.readers.base import image_data_uri
 
     out = []
     for m in messages:
@@ -517,10 +516,7 @@ def to_openai_messages(messages: Sequence[Mapping[str, Any]], image_format: str 
             parts = []
             for p in content:
                 if p.get("type") == "image" and p.get("image") is not None:
-                    buf = io.BytesIO()
-                    p["image"].save(buf, format=image_format.upper())
-                    url = f"data:image/{image_format};base64," + base64.b64encode(buf.getvalue()).decode()
-                    parts.append({"type": "image_url", "image_url": {"url": url}})
+                    parts.append({"type": "image_url", "image_url": {"url": image_data_uri(p["image"], image_format)}})
                 else:
                     parts.append({k: v for k, v in p.items() if k in ("type", "text")})
             content = parts

@@ -37,6 +37,30 @@ class RenderedImage:
         return self._loader()  # type: ignore[operator]
 
 
+def image_data_uri(image: "Image.Image", image_format: str = "png", jpeg_quality: int = 90) -> str:
+    """``image`` as a ``data:image/...;base64,...`` URI, the form OpenAI-compatible servers take images in.
+
+    One encoder for every client that sends images (the OpenAI reader, the
+    chat env's messages for a vision server), so both send the same bytes for
+    the same page. Modes other than RGB and L (RGBA, P, CMYK) become RGB first:
+    JPEG cannot hold them and some servers refuse them in PNG.
+    """
+    import base64
+    import io
+
+    fmt = {"jpg": "jpeg"}.get(image_format.lower(), image_format.lower())
+    if fmt not in ("png", "jpeg"):
+        raise ValueError(f"image_format must be 'png' or 'jpeg' ('jpg'), got {image_format!r}")
+    if image.mode not in ("RGB", "L"):
+        image = image.convert("RGB")
+    buf = io.BytesIO()
+    if fmt == "jpeg":
+        image.save(buf, format="JPEG", quality=jpeg_quality)
+    else:
+        image.save(buf, format="PNG")
+    return f"data:image/{fmt};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
+
+
 @dataclass(frozen=True)
 class RenderedInput:
     """Structured reader input: XML text plus images, and what went into it."""

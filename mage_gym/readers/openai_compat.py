@@ -26,9 +26,7 @@ Robustness rules:
 """
 from __future__ import annotations
 
-import base64
 import http.client
-import io
 import json
 import os
 import re
@@ -41,7 +39,7 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, Sequence
 
-from mage_gym.readers.base import RenderedImage, RenderedInput, ReaderOutput
+from mage_gym.readers.base import RenderedImage, RenderedInput, ReaderOutput, image_data_uri
 from mage_gym.readers.errors import (ReaderConfigError, ReaderError, ReaderRequestError, ReaderUnavailableError,
                                      read_or_error)
 from mage_gym.readers.generative import GenerativeReader
@@ -186,15 +184,7 @@ class OpenAIReader(GenerativeReader):
         return messages
 
     def data_uri(self, image: RenderedImage) -> str:
-        pil = image.load()
-        if pil.mode not in ("RGB", "L"):
-            pil = pil.convert("RGB")
-        buf = io.BytesIO()
-        if self.image_format == "jpeg":
-            pil.save(buf, format="JPEG", quality=90)
-        else:
-            pil.save(buf, format="PNG")
-        return f"data:image/{self.image_format};base64,{base64.b64encode(buf.getvalue()).decode('ascii')}"
+        return image_data_uri(image.load(), self.image_format)
 
     # --- transport ------------------------------------------------------------
 

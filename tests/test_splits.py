@@ -99,6 +99,19 @@ def test_registry_synth_is_lazy_and_split(monkeypatch: pytest.MonkeyPatch, tmp_p
     assert len(load_dataset("synth", root=tmp_path)) == 4
 
 
+def test_require_episodes_names_the_settings_that_gave_none(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    from mage_gym.agent.server import main as serve
+    from mage_gym.data.registry import NoEpisodesError, require_episodes
+
+    monkeypatch.setitem(sys.modules, "mage_gym.data.synth",
+                        types.SimpleNamespace(load_synth=lambda root: _episodes(6, 1)))
+    assert len(require_episodes("synth", root=tmp_path, limit=4)) == 4
+    with pytest.raises(NoEpisodesError, match=r"'synth' \(root=.*split='all', limit=0\) has no episodes"):
+        require_episodes("synth", root=tmp_path, limit=0)
+    with pytest.raises(SystemExit, match="has no episodes"):  # the chat server's command line says it and exits
+        serve(["--dataset", "synth", "--root", str(tmp_path), "--limit", "0"])
+
+
 @pytest.mark.real_data
 def test_registry_real_splits_disjoint(data_root: Path) -> None:
     parts = {s: load_dataset("mmlongbench", root=data_root / "mmlongbench-dev", split=s) for s in SPLITS}

@@ -544,13 +544,11 @@ def make_chat_env(**kwargs: Any) -> MageChatEnv:
     cache on first use).
     """
     if kwargs.get("episodes") is None and kwargs.get("dataset"):
-        from mage_gym.data.registry import load_dataset
+        from mage_gym.data.registry import require_episodes
 
-        episodes = load_dataset(kwargs["dataset"], root=kwargs.pop("root", None), split=kwargs.pop("split", "all"),
-                                limit=kwargs.pop("limit", None), seed=kwargs.pop("data_seed", 0))
-        if not episodes:
-            raise ValueError(f"dataset {kwargs['dataset']!r} has no episodes for these settings")
-        kwargs["episodes"] = episodes
+        kwargs["episodes"] = require_episodes(kwargs["dataset"], root=kwargs.pop("root", None),
+                                              split=kwargs.pop("split", "all"), limit=kwargs.pop("limit", None),
+                                              seed=kwargs.pop("data_seed", 0))
     return MageChatEnv(**kwargs)
 
 

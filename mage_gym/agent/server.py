@@ -224,12 +224,13 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--episode-timeout", type=float, default=600.0)
     ap.add_argument("--max-sessions", type=int, default=256)
     args = ap.parse_args(argv)
-    from mage_gym.data.registry import load_dataset
+    from mage_gym.data.registry import NoEpisodesError, require_episodes
     from mage_gym.env.episodes import as_provider
 
-    episodes = load_dataset(args.dataset, root=args.root, split=args.split, limit=args.limit)
-    if not episodes:
-        raise SystemExit(f"no episodes in {args.dataset} ({args.split})")
+    try:
+        episodes = require_episodes(args.dataset, root=args.root, split=args.split, limit=args.limit)
+    except NoEpisodesError as e:
+        raise SystemExit(str(e)) from None
     provider = as_provider(episodes, parser=args.parser)
     server = ChatEnvServer(lambda: MageChatEnv(episodes=provider, dataset=args.dataset, retriever=args.retriever),
                            host=args.host, port=args.port, episode_timeout=args.episode_timeout,

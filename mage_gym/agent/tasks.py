@@ -116,10 +116,8 @@ def task_dataset(dataset: str, split: str = "train", *, root: str | None = None,
     """The tasks of a benchmark split as a ``datasets.Dataset`` (needs the ``llm-train`` extra)."""
     from datasets import Dataset
 
-    from mage_gym.data.registry import load_dataset
+    from mage_gym.data.registry import require_episodes
 
-    episodes = load_dataset(dataset, root=root, split=split, limit=limit, seed=data_seed)
-    if not episodes:
-        raise ValueError(f"dataset {dataset!r} (split={split!r}) has no episodes")
+    episodes = require_episodes(dataset, root=root, split=split, limit=limit, seed=data_seed)
     return Dataset.from_list(task_rows(episodes, dataset, budget=budget, seeds=seeds, split=split,
                                        tools_in_prompt=tools_in_prompt))

@@ -93,12 +93,9 @@ class MageChatTasksetConfig(vf.TasksetConfig):
 
 
 def _episodes(cfg: MageChatTasksetConfig) -> list[Any]:
-    from mage_gym.data.registry import load_dataset
+    from mage_gym.data.registry import require_episodes
 
-    episodes = load_dataset(cfg.dataset, root=cfg.root, split=cfg.split, limit=cfg.limit, seed=cfg.data_seed)
-    if not episodes:
-        raise ValueError(f"dataset {cfg.dataset!r} (split={cfg.split!r}) has no episodes")
-    return episodes
+    return require_episodes(cfg.dataset, root=cfg.root, split=cfg.split, limit=cfg.limit, seed=cfg.data_seed)
 
 
 class MageChatTaskset(vf.Taskset[MageChatTask, MageChatTasksetConfig]):

@@ -135,5 +135,24 @@ def load_dataset(name: str, root: str | os.PathLike[str] | None = None, split: s
     return load_dataset_with_report(name, root, split, limit, seed, **kw).episodes
 
 
-__all__ = ["DATASETS", "REAL_DATASETS", "COMPOSITE_DATASETS", "canonical_name", "default_root", "load_dataset",
-           "load_dataset_with_report"]
+class NoEpisodesError(ValueError):
+    """A dataset load that gave no episodes (wrong root, an empty split, a limit of 0)."""
+
+
+def require_episodes(name: str, root: str | os.PathLike[str] | None = None, split: str = ALL,
+                     limit: int | None = None, seed: int = 0, **kw: Any) -> list[Episode]:
+    """:func:`load_dataset`, raising :class:`NoEpisodesError` (naming the settings) when it gives none.
+
+    Why: an env or trainer built on zero episodes fails later and far from
+    the cause (an empty task table, a reset with nothing to draw); every
+    builder that takes a dataset by name loads it through here.
+    """
+    episodes = load_dataset(name, root, split, limit, seed, **kw)
+    if not episodes:
+        raise NoEpisodesError(f"dataset {name!r} (root={str(root) if root is not None else 'default'}, "
+                              f"split={split!r}, limit={limit}) has no episodes")
+    return episodes
+
+
+__all__ = ["DATASETS", "REAL_DATASETS", "COMPOSITE_DATASETS", "NoEpisodesError", "canonical_name", "default_root",
+           "load_dataset", "load_dataset_with_report", "require_episodes"]

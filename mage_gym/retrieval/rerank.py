@@ -128,7 +128,7 @@ class RerankedRetriever:
 
     name = "hybrid_rerank"
 
-    def __init__(self, first_stage: Retriever, scorer: Any = None, depth: int = 10, chunks_per_page: int = 2,
+    def __init__(self, first_stage: Retriever, scorer: Any = None, depth: int = 10, chunks_per_page: int = 1,
                  chunk_chars: int = 1000, combine: str = "rrf", rrf_k: float = 60.0, rerank_searches: bool = False,
                  cache: bool | str = True, cache_dir: str | Path | None = None, checkpoint: str | None = None,
                  max_graphs: int = 8, name: str = "hybrid_rerank") -> None:

@@ -14,7 +14,17 @@ MiniLM was trained as a mean-pooled sentence encoder, its [CLS] state barely
 varies between inputs and its pooler weights are untrained, so a [CLS] head
 gives one score for every pair and no gradient to learn from. It is
 fine-tuned with low-rank adapters (LoRA) on the dev sets' TRAIN-split gold
-(``experiments/train_reranker.py``). The package ships only what training
+(``experiments/train_reranker.py``).
+
+Two shapes, recorded in ``adapter.json`` (``head``, ``joint_layers``): the
+full cross-encoder above (``mean_pool_linear``: every layer reads the pair),
+and the late-joint one the package ships (``segment_cosine``: the lower layers
+read question and passage apart, as the bi-encoder does, and the top
+``joint_layers`` read them together). Why the package ships the late-joint
+one: its untrained score is close to the bi-encoder's cosine, so a short CPU
+training starts from a working ranker; the full one starts from a random head
+and, in the same budget, did not beat the first stage on validation
+(``docs/results/rerank_training_full_fixed``). The package ships only what training
 changed - the LoRA factors of the adapted linear layers and the head
 (``cross_encoder/adapter.safetensors``, fp16, and ``adapter.json``: its
 settings, the command that trained it and its validation figures) - so the

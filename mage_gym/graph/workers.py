@@ -224,8 +224,13 @@ def wait_all(futures: Sequence["Future"], on_done: Callable[["Future"], None] | 
              on_interrupt: Callable[[], None] = terminate_pool) -> list[Any]:
     """Results of ``futures`` in submission order, calling ``on_done`` as each one finishes.
 
-    A ``KeyboardInterrupt`` while waiting (or raised by ``on_done``) calls
-    ``on_interrupt`` (by default: terminate the pool) and propagates.
+    A ``KeyboardInterrupt`` while waiting (or raised by ``on_done``) cancels
+    the futures that have not started, calls ``on_interrupt`` (by default:
+    terminate the pool) and propagates. Why cancel here and not leave it to
+    ``shutdown(cancel_futures=True)``: the executor cancels in its manager
+    thread, and when the terminated workers reach that thread first it marks
+    the queued futures broken instead, so whether they were cancelled was a
+    race (seen on a loaded machine).
     """
     from concurrent.futures import FIRST_COMPLETED, wait
 
@@ -239,6 +244,8 @@ def wait_all(futures: Sequence["Future"], on_done: Callable[["Future"], None] | 
         return [f.result() for f in futures]
     except KeyboardInterrupt:
         log.warning("interrupted: stopping the graph build workers")
+        for f in futures:
+            f.cancel()  # a no-op for running and finished ones
         on_interrupt()
         raise
 

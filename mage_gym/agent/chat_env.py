@@ -150,7 +150,6 @@ class MageChatEnv(gym.Env):
         self._refused = 0
         self._inner_steps = 0
         self._operations = 0
-        self._replies = 0
         self._images_shown: set[str] = set()
         self._last_numeric: Any = None
         self.inner_env(self.budget)  # build now: configuration errors surface at construction
@@ -233,7 +232,7 @@ class MageChatEnv(gym.Env):
         task = TaskId(self.dataset, public["doc_id"], episode_id, budget, task_seed)
         self._inner, self._task, self._done = inner, task, False
         self._totals = {"format_errors": 0, "invalid_calls": 0, "tool_calls": 0, "replies": 0}
-        self._refused = self._inner_steps = self._operations = self._replies = 0
+        self._refused = self._inner_steps = self._operations = 0
         self._images_shown = set()
         self._last_numeric = obs
         self.view.reset()
@@ -251,7 +250,6 @@ class MageChatEnv(gym.Env):
             raise RuntimeError("the episode is over; call reset()")
         parsed = parse_message(action)
         raw = action if isinstance(action, str) else json.dumps(action, default=str)  # the trace keeps the reply
-        self._replies += 1
         self._totals["replies"] += 1
         self._inner.get_wrapper_attr("count_controller_call")(raw)
         reward = 0.0
@@ -492,7 +490,7 @@ class MageChatEnv(gym.Env):
                                "replies": self._totals["replies"]}
         if snap is None:  # the episode ended: the terminal components say it all
             return out
-        tokens, cost, parts = inner.unwrapped.cost_so_far(self._operations, self._replies)
+        tokens, cost, parts = inner.unwrapped.cost_so_far(self._operations, self._totals["replies"])
         nums = budget_numbers(snap)
         out["process"] = {
             "cost": cost, **parts, "tokens_held": tokens, "operations": self._operations,

@@ -235,8 +235,6 @@ def load_environment(**taskset: Any) -> MageChatVerifiersEnv:
     return MageChatVerifiersEnv(config)
 
 
-
-
 def main(argv: list[str] | None = None) -> None:
     """``vf-eval`` with ``mage_rag_chat`` registered (verifiers' own evaluation CLI)."""
     from verifiers.v1.cli.eval.main import main as vf_eval

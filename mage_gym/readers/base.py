@@ -8,6 +8,8 @@ from gold coverage for the ``oracle`` reader, or from
 """
 from __future__ import annotations
 
+import base64
+import io
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol, runtime_checkable
 
@@ -45,9 +47,6 @@ def image_data_uri(image: "Image.Image", image_format: str = "png", jpeg_quality
     the same page. Modes other than RGB and L (RGBA, P, CMYK) become RGB first:
     JPEG cannot hold them and some servers refuse them in PNG.
     """
-    import base64
-    import io
-
     fmt = {"jpg": "jpeg"}.get(image_format.lower(), image_format.lower())
     if fmt not in ("png", "jpeg"):
         raise ValueError(f"image_format must be 'png' or 'jpeg' ('jpg'), got {image_format!r}")

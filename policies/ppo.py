@@ -29,6 +29,7 @@ from typing import Any, Mapping
 import numpy as np
 
 from mage_gym.env import NODE_FEATURES
+from mage_gym.render import RENDER_MODES
 from mage_gym.bench.protocol import EnvInfo
 from policies.base import BasePolicy
 
@@ -228,7 +229,7 @@ class PPOPolicy(BasePolicy):
             self.meta = read_meta(path)
             # features, graph version and an explicitly asked render mode: before the weights are read
             check_sidecar(self.meta, render_mode=render_mode, allow=self.allow_mismatch, source=f"checkpoint {path}")
-            if render_mode is None and self.meta.get("render_mode") in ("visual", "text"):
+            if render_mode is None and self.meta.get("render_mode") in RENDER_MODES:
                 self.render_mode = self.meta["render_mode"]
             algo = algo or self.meta.get("algo", "maskable_ppo")
             cls, _ = algo_class(algo)

@@ -93,3 +93,10 @@ def test_env_differences_fail_at_reset_or_first_act(ckpt, pairs) -> None:
     keys = [k for k in NUMERIC_KEYS if k != "progress"]
     with pytest.raises(CheckpointMismatch, match=r"observation_keys: checkpoint \[.*'progress'"):
         run_episode(make(pairs, observation_keys=keys), get_policy("ppo", checkpoint=str(ckpt)), "q0", seed=0)
+
+
+@pytest.mark.parametrize("mode", ["visual", "text", "elements"])
+def test_the_checkpoints_render_mode_is_taken_when_none_is_asked(ckpt, tmp_path, mode) -> None:
+    # a student trained in elements mode once played in the env's mode: only visual and text were taken over
+    policy = get_policy("ppo", checkpoint=edited(ckpt, tmp_path, render_mode=mode))
+    assert policy.render_mode == mode

@@ -45,8 +45,14 @@ def test_outside_the_curve_everything_is_null_and_few_questions_are_flagged() ->
 def test_curve_arrays_keeps_only_points_covering_every_question() -> None:
     rows = {1: {"a": {"r": 0.1, "t": 10}, "b": {"r": 0.2, "t": 12}}, 2: {"a": {"r": 0.3, "t": 20}},
             3: {"a": {"r": 0.5, "t": 30}, "b": {"r": 0.6, "t": 31}}}
-    ks, m, c = curve_arrays(rows, ["a", "b"], "r", "t")
+    ks, m, c = curve_arrays(rows, ["a", "b"], "r", "t", floor=False)
     assert ks == [1, 3] and m.shape == (2, 2) and c[1, 1] == 31
+    # the floor: k = 0 reads nothing, so gets no gold at no cost; a policy reading less than k=1 is compared with it
+    ks, m, c = curve_arrays(rows, ["a", "b"], "r", "t")
+    assert ks == [0, 1, 3] and not m[0].any() and not c[0].any() and c[2, 1] == 31
+    assert curve_arrays({}, ["a"], "r", "t")[0] == []  # no curve: no floor either
+    d = delta_at_equal_cost([0.2, 0.2], [5.5, 5.5], m, c, n_boot=50)
+    assert d["topk_at_cost"] == pytest.approx(0.15 * 5.5 / 11) and d["mean"] == pytest.approx(0.2 - 0.075)
 
 
 def test_paired_delta_is_the_mean_difference_with_a_bootstrap_interval_around_it() -> None:

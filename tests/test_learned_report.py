@@ -146,6 +146,16 @@ def test_a_curve_in_another_render_mode_is_not_used(tmp_path: Path) -> None:
         report([("imitation", [run, visual])])
 
 
+def test_an_elements_student_is_compared_with_whole_page_images_below_one_page(tmp_path: Path) -> None:
+    # an elements-mode student reading 500 tokens (half a page): topk_page's visual curve, between k=0 and k=1
+    qs = [f"q{i}" for i in range(30)]
+    run = _run(tmp_path, "elements", [_row("ppo", q, 0.3, 500.0) for q in qs], modes={"ppo": "elements"})
+    row = next(r for r in report([("imitation", [run])])["runs"] if r["policy"] == "imitation")
+    assert row["render_mode"] == "elements"
+    # topk_page at 500 tokens: half of k=1's 0.1 recall (the curve's floor is k=0: nothing read, recall 0)
+    assert row["metrics"]["delta_recall_at_equal_tokens"]["mean"] == pytest.approx(0.3 - 0.05)
+
+
 def test_cli_names_a_bad_arm_and_a_missing_folder(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert parse_arm("a+b=x,y") == ("a+b", [Path("x"), Path("y")])
     with pytest.raises(SystemExit):

@@ -8,8 +8,8 @@ called ``ppo``. This script reads those folders, names each recipe (an
 one question subset: topk_page, the rule policies and the oracle as the
 benchmark played them, and each arm as the mean over its seeds. Each delta
 against topk_page is recomputed from the runs' own per-question rows, in the
-render mode the policy was played in and against topk_page's curve in that
-same mode, as the mean over seeds of each seed's delta with one 95 %
+render mode the policy was played in and against topk_page's curve in the
+mode it is compared in (its own; whole page images for ``elements``), as the mean over seeds of each seed's delta with one 95 %
 interval over questions (:func:`mage_gym.bench.equal_cost.delta_over_seeds`).
 With ``--episodes`` the rows are also split by hop count (``bridge``: two-hop
 questions; ``single_hop``: the rest), read from the dataset's episodes file,
@@ -38,7 +38,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mage_gym.bench.equal_cost import BASELINE, DELTAS, curve_arrays, delta_over_seeds, row_values
+from mage_gym.bench.equal_cost import BASELINE, DELTAS, baseline_mode, curve_arrays, delta_over_seeds, row_values
 from mage_gym.bench.results import budget_label
 from mage_gym.data.io import load_episodes
 
@@ -142,7 +142,9 @@ def controller_row(label: str, policy: str, seeds: Sequence[SeedRun], budget: st
         if len(modes) > 1:
             raise ValueError(f"{label}: its seeds were played in different render modes ({sorted(modes)}); "
                              "compare like with like")
-        curves = [s.curve(budget, mode) for s, _ in played]  # curve_arrays picks each delta's questions
+        # topk_page's curve in the mode it is compared in (whole page images for elements); curve_arrays
+        # picks each delta's questions
+        curves = [s.curve(budget, baseline_mode(mode)) for s, _ in played]
         by_q = [{str(r["episode_id"]): r for r in rows} for rows in per_seed_rows]
         for key, metric, cost in DELTAS:
             qids = sorted(set.intersection(*({str(r["episode_id"]) for r in rows if row_values(r, metric) is not None

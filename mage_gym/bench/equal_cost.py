@@ -5,7 +5,11 @@ the question is whether it finds more than top-k would with the same reading
 budget. topk_page is run at every integer k of a curve (in the policy's own
 render mode and reader); its mean recall is interpolated linearly between
 the two neighbouring k whose mean cost brackets the policy's mean cost, and
-never extrapolated (``None`` outside the curve). The interval is a paired
+never extrapolated (``None`` outside the curve). The curve starts at k = 0:
+reading nothing gets no gold at no cost (the floor
+:mod:`mage_gym.bench.headroom_sources` uses too), so a policy that reads less
+than one page - elements instead of pages - is compared with the mix of
+zero and one page that costs what it reads, not dropped. The interval is a paired
 bootstrap over question ids: each resample recomputes the policy's mean cost
 and metric *and* the whole top-k curve on the same questions.
 
@@ -133,17 +137,23 @@ def paired_delta(a: Sequence[float], b: Sequence[float], n_boot: int = 1000, see
 
 
 def curve_arrays(rows_by_k: Mapping[int, Mapping[str, Mapping[str, Any]]], question_ids: Sequence[str],
-                 metric: str, cost: str) -> tuple[list[int], np.ndarray, np.ndarray]:
+                 metric: str, cost: str, floor: bool = True) -> tuple[list[int], np.ndarray, np.ndarray]:
     """``(ks, metric[k, q], cost[k, q])`` from top-k episode metrics keyed by k then question id.
 
     Only ks that cover every question are kept (a curve point over other
-    questions would not be paired).
+    questions would not be paired). With ``floor`` (and at least one point)
+    the curve starts with k = 0 at metric 0 and cost 0: the metrics compared
+    (page recall, support) count gold the reader got, and reading nothing
+    gets none.
     """
-    ks = sorted(k for k, rows in rows_by_k.items() if all(q in rows for q in question_ids))
+    ks = sorted(k for k, rows in rows_by_k.items() if k > 0 and all(q in rows for q in question_ids))
     m = np.array([[float(rows_by_k[k][q].get(metric) or 0.0) for q in question_ids] for k in ks]).reshape(
         len(ks), len(question_ids))
     c = np.array([[float(rows_by_k[k][q].get(cost) or 0.0) for q in question_ids] for k in ks]).reshape(
         len(ks), len(question_ids))
+    if floor and ks:
+        zero = np.zeros((1, len(question_ids)))
+        ks, m, c = [0, *ks], np.vstack([zero, m]), np.vstack([zero, c])
     return ks, m, c
 
 

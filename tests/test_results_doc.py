@@ -165,6 +165,18 @@ def test_equal_token_reports_become_one_headline_table_with_intervals(tmp_path: 
     assert "| imitation | 0.250 | 0.125 |" in head  # the share of the oracle's headroom closed
 
 
+def test_an_elements_mode_controller_sits_beside_the_topk_page_it_is_compared_with(tmp_path: Path) -> None:
+    root = tmp_path / "docs" / "results"
+    runs = _report_runs()[:3]
+    runs[1] = {**runs[1], "policy": "elements_student", "render_mode": "elements"}
+    _put(root, "report/synth", {"runs": runs})
+    index, _ = _docs(root)
+    head = index.split("## Evidence quality at equal tokens")[1].split("\n## ")[0]
+    table = [line for line in head.splitlines() if line.startswith("| ")]
+    assert table[0] == "| controller | [synth test](results/report/synth/README.md) |"  # one column, not one per mode
+    assert "| elements_student | +0.050 [+0.010, +0.090] |" in table and "visual render mode" in head
+
+
 def test_a_superseded_result_leaves_the_tables_and_its_page_names_the_replacement(tmp_path: Path) -> None:
     root = tmp_path / "docs" / "results"
     _put(root, "old", {"runs": _report_runs()})

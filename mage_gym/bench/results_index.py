@@ -31,6 +31,7 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Sequence
 
+from mage_gym.bench.equal_cost import baseline_mode
 from mage_gym.bench.published import (
     FIGURE_SUFFIXES,
     HEADROOM_CLOSED,
@@ -163,13 +164,15 @@ def _cells(values: Iterable[Any], fmt: Callable[[Any], str] = format_cell) -> st
 
 
 def _equal_tokens(results: Sequence[PublishedResult], link: Link) -> list[str]:
-    """One column per (result, dataset, split, subset, budget, render mode); one row per controller."""
+    """One column per (result, dataset, split, subset, budget, render mode of topk_page's curve); one row per
+    controller. An elements-mode controller sits beside the topk_page it is compared with (whole page images)."""
     columns: list[tuple[PublishedResult, tuple[Any, ...], list[Mapping[str, Any]]]] = []
     for r in results:
         groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
         for run in with_headroom_closed(r.runs or []):
+            mode = run.get("render_mode")
             key = (run.get("dataset"), run.get("split"), run.get("subset"), budget_text(run.get("budget")),
-                   run.get("render_mode"))
+                   baseline_mode(str(mode)) if mode is not None else None)
             groups.setdefault(key, []).append(run)
         columns += [(r, key, rows) for key, rows in groups.items()]
     budgets = sorted({str(k[3]) for _, k, _ in columns})
@@ -198,7 +201,7 @@ def _equal_tokens(results: Sequence[PublishedResult], link: Link) -> list[str]:
     body += [[lab] + [delta_cell(_metrics(c[lab]).get(DELTA)) if lab in c else "" for c in by_column]
              for lab in labels if lab not in baselines]
     lines = ["Page recall gained over topk_page at equal reader tokens (on topk_page's curve in the same render "
-             "mode): mean over seeds [95% interval over questions]; `*`: under 30 questions, not interpretable. "
+             "mode; whole page images for elements-mode controllers): mean over seeds [95% interval over questions]; `*`: under 30 questions, not interpretable. "
              "A privileged policy reads gold: the upper bound.", ""]
     if len(budgets) == 1 and len(modes) == 1:
         lines += [f"Budget {budgets[0]}, {modes[0]} render mode.", ""]

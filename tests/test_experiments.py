@@ -200,6 +200,20 @@ def test_benchmark_compares_at_equal_cost_and_marks_the_oracle_privileged(pairs,
     assert runs["oracle"]["metrics"]["evidence_page_recall"] >= runs["topk_page"]["metrics"]["evidence_page_recall"]
 
 
+def test_an_element_reader_under_one_page_is_compared_with_the_page_image_curve(pairs, tmp_path) -> None:
+    cfg = toy_cfg(policies=["topk_page", "topk_elements"], budgets=[{"k": 2}])
+    cfg["env"]["render_mode"] = "visual"
+    cfg["policy"]["topk_elements"]["n_open"] = 1
+    benchmark(cfg, tmp_path, episodes=pairs, registry=REGISTRY)
+    runs = {r["policy"]: r for r in check_results(tmp_path / "results.json", 2)["runs"]}
+    curve = [json.loads(x) for x in (tmp_path / "topk_curve.jsonl").read_text().splitlines()]
+    assert {r["render_mode"] for r in curve} == {"visual"}  # whole page images, not an elements-mode topk_page
+    one_page = min(r["metrics"]["tokens_rendered"] for r in curve if r["budget"]["k"] == 1)
+    ec = runs["topk_elements"]["equal_cost"]
+    assert ec["render_mode"] == "visual" and runs["topk_elements"]["metrics"]["tokens_rendered"] < one_page
+    assert ec["delta_recall_at_equal_tokens"]["mean"] is not None  # k=0 floors the curve: compared, not dropped
+
+
 def test_benchmark_policy_limit_and_overrides(pairs, tmp_path) -> None:
     cfg = toy_cfg(policies=["heuristic"], budgets=None)
     cfg["policy"]["heuristic"].update(limit=3, open_min_rel=0.0)

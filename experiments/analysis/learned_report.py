@@ -9,11 +9,12 @@ one question subset: topk_page, the rule policies and the oracle as the
 benchmark played them, and each arm as the mean over its seeds. Each delta
 against topk_page is recomputed from the runs' own per-question rows, in the
 render mode the policy was played in and against topk_page's curve in the
-mode it is compared in (its own; whole page images for ``elements``), as the mean over seeds of each seed's delta with one 95 %
-interval over questions (:func:`mage_gym.bench.equal_cost.delta_over_seeds`).
-With ``--episodes`` the rows are also split by hop count (``bridge``: two-hop
-questions; ``single_hop``: the rest), read from the dataset's episodes file,
-which no policy sees.
+mode it is compared in (its own; whole page images for ``elements``), as the
+mean over seeds of each seed's delta with one 95 % interval over questions
+(:func:`mage_gym.bench.equal_cost.delta_over_seeds`). With ``--episodes``
+the rows are also split by hop count (``bridge``: two-hop questions;
+``single_hop``: the rest), read from the dataset's episodes file, which no
+policy sees.
 
 Run (from the repo root), after one benchmark per seed and arm on the same test episodes::
 

@@ -201,8 +201,9 @@ def _equal_tokens(results: Sequence[PublishedResult], link: Link) -> list[str]:
     body += [[lab] + [delta_cell(_metrics(c[lab]).get(DELTA)) if lab in c else "" for c in by_column]
              for lab in labels if lab not in baselines]
     lines = ["Page recall gained over topk_page at equal reader tokens (on topk_page's curve in the same render "
-             "mode; whole page images for elements-mode controllers): mean over seeds [95% interval over questions]; `*`: under 30 questions, not interpretable. "
-             "A privileged policy reads gold: the upper bound.", ""]
+             "mode; whole page images for elements-mode controllers): mean over seeds [95% interval over "
+             "questions]; `*`: under 30 questions, not interpretable. A privileged policy reads gold: the upper "
+             "bound.", ""]
     if len(budgets) == 1 and len(modes) == 1:
         lines += [f"Budget {budgets[0]}, {modes[0]} render mode.", ""]
     lines += _plain_table(header, body)

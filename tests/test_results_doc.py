@@ -177,6 +177,19 @@ def test_an_elements_mode_controller_sits_beside_the_topk_page_it_is_compared_wi
     assert "| elements_student | +0.050 [+0.010, +0.090] |" in table and "visual render mode" in head
 
 
+def test_a_controller_without_an_oracle_beside_it_gets_no_share_row(tmp_path: Path) -> None:
+    root = tmp_path / "docs" / "results"
+    _put(root, "report/synth", {"runs": _report_runs()[:3]})
+    runs = [{**r, "split": "val"} for r in _report_runs()[:2]]  # val: topk_page and a candidate, no oracle
+    runs[1] = {**runs[1], "policy": "val_only_candidate"}
+    _put(root, "report/val", {"runs": runs})
+    index, _ = _docs(root)
+    head = index.split("## Evidence quality at equal tokens")[1].split("\n## ")[0]
+    delta_table, share_table = head.split("Share of the oracle's headroom")
+    assert "| val_only_candidate |" in delta_table and "| val_only_candidate |" not in share_table
+    assert "| imitation | 0.250 |" in share_table
+
+
 def test_a_superseded_result_leaves_the_tables_and_its_page_names_the_replacement(tmp_path: Path) -> None:
     root = tmp_path / "docs" / "results"
     _put(root, "old", {"runs": _report_runs()})

@@ -209,7 +209,8 @@ def _equal_tokens(results: Sequence[PublishedResult], link: Link) -> list[str]:
     lines += _plain_table(header, body)
     shares = [[lab] + [format_cell(_metrics(c[lab]).get(HEADROOM_CLOSED)) if lab in c else "" for c in by_column]
               for lab in labels if lab not in baselines and not lab.endswith("(privileged)")]
-    if any(any(cell not in ("", "n/a") for cell in row[1:]) for row in shares):
+    shares = [row for row in shares if any(cell not in ("", "n/a") for cell in row[1:])]  # no oracle: no share
+    if shares:
         lines += ["", "Share of the oracle's headroom closed at equal tokens (the controller's delta over the "
                       "oracle's, same column):", ""]
         lines += _plain_table(["controller"] + [h.split("](")[0].lstrip("[") for h in header[1:]], shares)

@@ -48,7 +48,7 @@ def test_select_learned_finds_the_planted_channel_and_never_reads_test() -> None
     # the chosen model is the chosen setting's train fit: refitting gives the same weights, another penalty does not
     train = [q for by in data.values() for q in by.get("train", [])]
     assert eq.learned_model_matches(model, eq.fit_learned(train, sel["chosen"]))
-    other = {**sel["chosen"], "l2": 10.0}
+    other = {**sel["chosen"], "l2": next(x for x in eq.LEARNED_L2 if x != sel["chosen"]["l2"])}
     assert not eq.learned_model_matches(model, eq.fit_learned(train, other))
     assert not eq.learned_model_matches(None, model)
     results = json.loads(json.dumps({"command": "c", "date": "d", "commit": "x", "runs": [],

@@ -16,8 +16,8 @@ from experiments.quality import embed_quality as eq
 from mage_gym.env.relevance import score_question
 from mage_gym.retrieval import Query, get_retriever, rrf
 from mage_gym.retrieval.learned_fusion import (
-    DEFAULT_MODEL_PATH, FEATURE_SETS, LEARNED_CHANNELS, LearnedFusionHybrid, LinearRanker, RankingExample,
-    best_element_scores, document_features, feature_names, fit_ranker, page_features,
+    ANCHOR_FEATURE, DEFAULT_MODEL_PATH, FEATURE_SETS, LEARNED_CHANNELS, LearnedFusionHybrid, LinearRanker,
+    RankingExample, anchor_scores, best_element_scores, document_features, feature_names, fit_ranker, page_features,
 )
 from mage_gym.testing import HashingEncoder, graph_from_texts
 
@@ -78,6 +78,41 @@ def test_features_are_the_documented_ranks_and_agreement() -> None:
         feature_names(("agree",))  # ranks are always in
     with pytest.raises(ValueError):
         page_features({"bm25": s["bm25"]}, DOC, "q", groups)
+
+
+def test_anchor_column_is_the_element_channel_and_escapes_the_penalty() -> None:
+    rng = np.random.default_rng(7)
+    groups = FEATURE_SETS["anchor+ranks_agree"]
+    assert feature_names(groups)[-1] == ANCHOR_FEATURE
+    scores, _ = _toy_question(rng, "page_dense")
+    scores["bm25"][3] = 0.0  # not retrieved by bm25: the anchor, like hybrid_elements, counts dense alone there
+    x = page_features(scores, DOC, "q", groups)
+    expected = rrf([scores["bm25"], scores["dense"]], [1.0, 1.0], 60.0)
+    np.testing.assert_allclose(x[:, -1], expected)
+    np.testing.assert_allclose(anchor_scores(scores), expected)
+    # training data where dense finds gold in half the questions (so the anchor carries signal) and page_dense in
+    # the other half: a weak penalty learns both; a very strong one keeps the anchor's weight (unpenalised) and
+    # shrinks every other weight to about zero, so it ranks as hybrid_elements does
+    train = _examples(rng, 40, "dense", groups) + _examples(rng, 40, "page_dense", groups)
+    weak = fit_ranker([e for *_, e in train], groups, l2=0.01)
+    strong = fit_ranker([e for *_, e in train], groups, l2=1e4)
+    assert weak.meta["fit"]["converged"] and strong.meta["fit"]["converged"]
+    assert strong.weights[-1] > 0
+    assert np.max(np.abs(strong.weights[:-1])) < 1e-2 * strong.weights[-1]
+    held, _ = _toy_question(rng, "page_dense")
+    anchor_order = np.lexsort((np.arange(30), -anchor_scores(held)))
+    strong_order = np.lexsort((np.arange(30), -strong.score_pages(held, DOC, "q").astype(np.float64)))
+    np.testing.assert_array_equal(strong_order, anchor_order)
+    # on new page_dense questions the weak fit finds gold the anchor's order misses
+    def recall2(model: LinearRanker) -> float:
+        tests = [_toy_question(np.random.default_rng(100 + i), "page_dense") for i in range(20)]
+        return float(np.mean([len(set(np.argsort(-model.score_pages(t, DOC, "q"))[:2].tolist()) & set(g)) / 2
+                              for t, g in tests]))
+    assert recall2(weak) > recall2(strong) + 0.3
+    # without the anchor the same strong penalty leaves no signal at all: the anchor is what it shrinks towards
+    flat = fit_ranker([RankingExample(e.features[:, :-1], e.gold) for *_, e in train], FEATURE_SETS["ranks_agree"],
+                      l2=1e4)
+    assert np.max(np.abs(flat.weights)) < 1e-2 * strong.weights[-1]
 
 
 def test_saved_weights_load_and_rank_deterministically(tmp_path: Path) -> None:

@@ -50,8 +50,9 @@ worst dataset; the family is then chosen on the VAL splits by the same margin
 are never read by either selection.
 
 ``--select-learned`` fits that linear ranker on the TRAIN splits pooled (each
-question once) for every setting of a small grid (nested feature sets x L2
-penalty) and chooses the setting on the VAL splits by the same bar margin
+question once) for every setting of a small grid (nested feature sets, each
+with and without the unpenalised ``hybrid_elements`` anchor, x L2 penalty) and
+chooses the setting on the VAL splits by the same bar margin
 (``LEARNED_SELECTION_RULE``); ``--save-learned`` writes the chosen fit, which
 ``mage_gym/retrieval/learned_fusion.json`` ships. Test splits are never read.
 
@@ -515,20 +516,23 @@ def adaptive_preset_matches(preset: dict[str, Any], chosen: dict[str, Any]) -> b
 
 #: The learned fusion's grid: nested feature sets (mage_gym.retrieval.learned_fusion.FEATURE_SETS, simplest first)
 #: and L2 penalties (strongest first: on a tie the simpler, more regularised model wins).
-LEARNED_L2 = (1.0, 0.1, 0.01, 0.001)
+LEARNED_L2 = (10.0, 1.0, 0.1, 0.01, 0.001)
 LEARNED_SELECTION_RULE = (
     "A linear ranker over per-page features (mage_gym.retrieval.learned_fusion: each channel's percentile and "
     "reciprocal rank in the document for bm25, dense, best_element, page_dense; then, nested, channel agreement "
-    "(how many channels rank the page in their top 1/3/5/10, best reciprocal rank, RRF sum), per-document z-scored "
-    "channel scores, the rank features crossed with document features (log pages, log characters per element, "
-    "share of image-only pages), and crossed with question features (log tokens, has a digit)), scored as "
+    "(how many channels rank the page in their top 1/3/5/10, best reciprocal rank, RRF sum), per-document "
+    "z-scored channel scores, the rank features crossed with document features (log pages, log characters per "
+    "element, share of image-only pages), and crossed with question features (log tokens, has a digit); each "
+    "nested set also with the anchor, the element channel's own page score (hybrid_elements: RRF of bm25 and "
+    "dense, k 60) left out of the penalty, so a strong penalty keeps hybrid_elements' order), scored as "
     "standardised features x weights. Fitted on the TRAIN splits of all datasets pooled (each question once: "
-    "softmax over its pages inside its page window, target spread evenly over its gold pages; L2 penalty; "
-    "L-BFGS from zero). Grid: the 5 nested feature sets x L2 in {1, 0.1, 0.01, 0.001}. Chosen on the VAL splits by "
-    "the bar margin of ADAPTIVE_SELECTION_RULE: the largest worst-dataset val margin (summed recall@5 minus the "
-    "best of hybrid_elements, page_text, and page_dense on financebench, in questions); ties: pooled val "
-    "recall@5 (each question once), then grid order (fewer features, stronger penalty). The chosen setting's "
-    "train fit is the shipped model. Test splits are never read.")
+    "softmax over its pages inside its page window, target spread evenly over its gold pages; L2 penalty; L-BFGS "
+    "from zero). Grid: the 5 nested feature sets, then the same 5 with the anchor, x L2 in {10, 1, 0.1, 0.01, "
+    "0.001}. Chosen on the VAL splits by the bar margin of ADAPTIVE_SELECTION_RULE: the largest worst-dataset val"
+    " margin (summed recall@5 minus the best of hybrid_elements, page_text, and page_dense on financebench, in "
+    "questions); ties: pooled val recall@5 (each question once), then grid order (unanchored sets first, fewer "
+    "features, stronger penalty). The chosen setting's train fit is the shipped model. Test splits are never "
+    "read.")
 
 
 def ranking_example(q: QuestionScores, groups: tuple[str, ...]):

@@ -19,7 +19,16 @@ Features of page ``i`` (all available at query time, no gold):
 * ``doc``: the ``ranks`` features crossed with document features (log pages,
   log characters per element, share of image-only pages);
 * ``question``: the ``ranks`` features crossed with question features (log
-  token count, whether it holds a digit).
+  token count, whether it holds a digit);
+* ``anchor``: one column, the element channel's page score (``hybrid_elements``:
+  RRF of bm25 and dense, k 60), left out of the L2 penalty. With it the
+  ranker learns a correction to the env's default ranking instead of a ranking
+  from nothing: the stronger the penalty, the closer its order stays to
+  ``hybrid_elements`` (at an infinite penalty, the same order). Why: on
+  MMLongBench the element channel is the best single channel on some splits
+  and not others, and an unanchored ranker shrinks towards no signal, not
+  towards it, so the penalty the selection picks cannot say "stay close to the
+  default unless the data says otherwise".
 
 ``best_element`` is a page's best element vector (max of the dense channel's
 element scores over the page's elements).
@@ -56,15 +65,22 @@ from mage_gym.retrieval.hybrid import HybridRetriever
 
 #: Page channels the ranker reads, in feature order.
 LEARNED_CHANNELS: tuple[str, ...] = ("bm25", "dense", "best_element", "page_dense")
-#: Feature groups (module docstring) and the nested feature sets the selection searches.
-FEATURE_GROUPS: tuple[str, ...] = ("ranks", "agree", "scores", "doc", "question")
-FEATURE_SETS: dict[str, tuple[str, ...]] = {
+#: Feature groups (module docstring) and the nested feature sets the selection searches: each set alone, then
+#: each set with the unpenalised ``anchor`` column (a correction to ``hybrid_elements``' ranking).
+FEATURE_GROUPS: tuple[str, ...] = ("ranks", "agree", "scores", "doc", "question", "anchor")
+_NESTED: dict[str, tuple[str, ...]] = {
     "ranks": ("ranks",),
     "ranks_agree": ("ranks", "agree"),
     "ranks_agree_scores": ("ranks", "agree", "scores"),
     "ranks_agree_scores_doc": ("ranks", "agree", "scores", "doc"),
     "all": ("ranks", "agree", "scores", "doc", "question"),
 }
+FEATURE_SETS: dict[str, tuple[str, ...]] = {**_NESTED, **{f"anchor+{n}": (*g, "anchor") for n, g in _NESTED.items()}}
+#: The anchor column's name; :func:`fit_ranker` does not penalise columns whose name starts with ``anchor_``.
+ANCHOR_FEATURE = "anchor_hybrid_elements"
+#: The anchor's channels and RRF constant: ``hybrid_elements``' page fusion (``HYBRID_PRESETS``).
+ANCHOR_CHANNELS: tuple[str, ...] = ("bm25", "dense")
+ANCHOR_K = 60.0
 #: Where the shipped model lives.
 DEFAULT_MODEL_PATH = Path(__file__).with_name("learned_fusion.json")
 _AGREE_TOPS = (1, 3, 5, 10)
@@ -129,7 +145,15 @@ def feature_names(groups: Sequence[str]) -> list[str]:
             names += [f"{b}*{d}" for d in ("log_pages", "log_chars_per_element", "image_only_share") for b in base]
         elif g == "question":
             names += [f"{b}*{q}" for q in ("log_tokens", "has_digit") for b in base]
+        elif g == "anchor":
+            names.append(ANCHOR_FEATURE)
     return names
+
+
+def anchor_scores(channel_scores: Mapping[str, np.ndarray]) -> np.ndarray:
+    """The element channel's page scores (``hybrid_elements``: RRF of bm25 and dense, k 60), float64 [n_pages]."""
+    return np.asarray(rrf([channel_scores[c] for c in ANCHOR_CHANNELS], [1.0] * len(ANCHOR_CHANNELS), ANCHOR_K),
+                      dtype=np.float64)
 
 
 def page_features(channel_scores: Mapping[str, np.ndarray], doc: Mapping[str, float], question: str,
@@ -175,6 +199,8 @@ def page_features(channel_scores: Mapping[str, np.ndarray], doc: Mapping[str, fl
         elif g == "question":
             qf = question_features(question)
             blocks += [base * math.log1p(qf["n_tokens"]), base * qf["has_digit"]]
+        elif g == "anchor":
+            blocks.append(anchor_scores(channel_scores)[:, None])
     x = np.concatenate(blocks, axis=1)
     assert x.shape[1] == len(names)
     return x
@@ -250,8 +276,11 @@ def fit_ranker(examples: Sequence[RankingExample], groups: Sequence[str], l2: fl
     """Fit a :class:`LinearRanker` by the listwise softmax loss with an L2 penalty (module docstring).
 
     Loss: mean over questions of ``logsumexp(s) - mean(s[gold])`` with
-    ``s = standardised features @ w``, plus ``l2 / 2 * |w|^2``. Convex, so
-    L-BFGS from zero reaches the same optimum every run. Standardisation
+    ``s = standardised features @ w``, plus ``l2 / 2 * |w|^2`` over every
+    weight but the ``anchor`` column's (so a strong penalty leaves the anchor's
+    order, not a flat score). Convex, so L-BFGS from zero reaches the same
+    optimum every run (unique unless the anchor alone separates gold from the
+    rest in every question, which real data does not). Standardisation
     uses the mean and standard deviation over all training rows (a constant
     column gets scale 1 and, carrying no ranking signal, weight 0).
     """
@@ -277,6 +306,7 @@ def fit_ranker(examples: Sequence[RankingExample], groups: Sequence[str], l2: fl
     for e, s0 in zip(examples, starts):
         target[s0 + np.asarray(e.gold)] = 1.0 / len(e.gold)
     nq = len(examples)
+    penalised = np.array([not n.startswith("anchor_") for n in names], dtype=np.float64)
 
     def loss_grad(w: np.ndarray) -> tuple[float, np.ndarray]:
         s = z @ w
@@ -285,8 +315,9 @@ def fit_ranker(examples: Sequence[RankingExample], groups: Sequence[str], l2: fl
         tot = np.add.reduceat(e, starts)
         lse = smax + np.log(tot)
         p = e / tot[seg]
-        loss = float(np.sum(lse) - target @ s) / nq + 0.5 * l2 * float(w @ w)
-        grad = z.T @ (p - target) / nq + l2 * w
+        wp = w * penalised
+        loss = float(np.sum(lse) - target @ s) / nq + 0.5 * l2 * float(wp @ wp)
+        grad = z.T @ (p - target) / nq + l2 * wp
         return loss, grad
 
     res = minimize(loss_grad, np.zeros(len(names)), jac=True, method="L-BFGS-B",

@@ -180,3 +180,26 @@ def test_issue_bar_carries_the_per_question_delta_against_the_rival_that_sets_it
                       "config": {"ks": [5], "parser": "fast"}})
     assert "delta vs hybrid_elements -0.500 [" in md and "not interpretable" in md
     assert "delta" not in eq.issue_bar(runs)["mmlongbench"]  # without the questions: means only
+
+
+def test_fused_choice_picks_on_val_with_its_paired_interval_and_never_reads_test() -> None:
+    def q(i: int, gold: int, tops: dict[str, list[int]]) -> eq.QuestionScores:
+        scores = {ch: np.zeros(8, dtype=np.float32) for ch in eq.CHANNELS}
+        return eq.QuestionScores(f"e{i}", "d", (gold,), scores, None, fused=tops)
+
+    # val: hybrid_learned finds gold on 3 of 4, hybrid_pages on 2, the best rival (page_text) on 2
+    val = [q(i, i, {"hybrid_pages": [i] if i < 2 else [7], "hybrid_learned": [i] if i < 3 else [7],
+                    "hybrid_elements": [i] if i < 1 else [7], "page_text": [i] if i in (0, 3) else [7]})
+           for i in range(4)]
+    poisoned = q(9, 0, {})  # a test question: any read of its rankings raises KeyError
+    fc = eq.fused_choice({"mmlongbench": {"val": val, "test": [poisoned]}})
+    assert fc is not None and fc["split"] == "val" and fc["chosen"] == "hybrid_learned"
+    assert fc["candidates"]["hybrid_learned"]["margin_questions"] == {"mmlongbench": 1.0}
+    assert fc["candidates"]["hybrid_pages"]["worst_margin"] == 0.0
+    d = fc["chosen_delta"]["mmlongbench"]
+    assert d["against"] == "page_text" and d["mean"] == pytest.approx(0.25) and d["n"] == 4
+    assert d["lo"] <= 0.25 <= d["hi"] and not d["interpretable"]
+    assert eq.fused_choice({"mmlongbench": {"test": [poisoned]}}) is None  # no val split: no choice
+    md = eq.markdown(json.loads(json.dumps({"command": "c", "date": "d", "commit": "x", "runs": [],
+                                            "config": {"ks": [5], "parser": "fast"}, "fused_choice": fc})))
+    assert "How sure val is" in md and "mmlongbench: hybrid_learned; delta vs page_text +0.250 [" in md

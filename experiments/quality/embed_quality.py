@@ -654,6 +654,10 @@ def markdown(results: dict[str, Any]) -> str:
         for name, r in fc["candidates"].items():
             lines.append(f"| {name} | {r['worst_margin']:+.2f} | " + ", ".join(
                 f"{d} {v:+.2f}" for d, v in r["margin_questions"].items()) + f" | {r['pooled_recall5']:.3f} |")
+        if fc.get("chosen_delta"):
+            lines += ["", "How sure val is of the chosen setting (its recall@5 minus the best single channel's "
+                      "on val):", ""]
+            lines += [f"- {ds}: {fc['chosen']}" + _delta_text({"delta": d}) for ds, d in fc["chosen_delta"].items()]
         lines += ["", f"Ruling on the test splits: {results.get('ruling', '')}", ""]
         for ds, b in (results.get("issue_bar_by_retriever") or {}).get(fc["chosen"], {}).items():
             lines.append(f"- {ds}: {fc['chosen']} {b['recall5']:.3f}, best single channel {b['needed']:.3f}"
@@ -804,7 +808,22 @@ def fused_choice(data: dict[str, dict[str, list[QuestionScores]]], split: str = 
     chosen = max(rows, key=lambda k: (round(rows[k]["worst_margin"], 9), round(rows[k]["pooled_recall5"] or 0, 9)))
     own = {ds: max(rows, key=lambda k: rows[k]["margin_questions"][ds]) for ds in per_ds}
     return {"rule": FUSED_CHOICE_RULE, "split": split, "questions": {ds: len(qs) for ds, qs in per_ds.items()},
-            "candidates": rows, "chosen": chosen, "best_per_dataset": own}
+            "candidates": rows, "chosen": chosen, "best_per_dataset": own,
+            "chosen_delta": {ds: _delta_vs_best_rival(qs, chosen, ds) for ds, qs in per_ds.items()}}
+
+
+def _delta_vs_best_rival(qs: list[QuestionScores], fused: str, dataset: str) -> dict[str, Any]:
+    """``fused`` minus the bar's best rival on these questions, recall@5 per question, paired 95 % interval.
+
+    Why on the selection split too: a margin of a question or two out of a hundred is a choice the split cannot
+    really make, and the interval says so before the test split is read.
+    """
+    from mage_gym.bench.equal_cost import paired_delta
+
+    rivals = ["hybrid_elements", "page_text"] + (["page_dense"] if dataset == "financebench" else [])
+    best = max(rivals, key=lambda r: sum(question_recall5(q, r) for q in qs))
+    return {"against": best, **paired_delta([question_recall5(q, fused) for q in qs],
+                                            [question_recall5(q, best) for q in qs])}
 
 
 def _delta_text(b: dict[str, Any]) -> str:
@@ -959,6 +978,8 @@ def main() -> None:
         print(f"fused setting chosen on val: {fc['chosen']} (worst-dataset margins "
               + ", ".join(f"{n} {r['worst_margin']:+.2f} q." for n, r in fc["candidates"].items())
               + f"); each dataset's own best on val: {fc['best_per_dataset']}")
+        for ds, d in fc["chosen_delta"].items():
+            print(f"val {ds}: {fc['chosen']}" + _delta_text({"delta": d}))
         for ds, b in results["issue_bar_by_retriever"].get(fc["chosen"], {}).items():
             print(f"ruling {ds}: {fc['chosen']} test R@5 {b['recall5']:.3f} vs best single {b['needed']:.3f}"
                   + _delta_text(b))

@@ -12,13 +12,13 @@ import json
 import numpy as np
 import pytest
 
-from experiments.quality import embed_quality as eq
+from experiments.quality import embed_quality as eq, fusion_grid as fg, fusion_ruling as fr, page_scores as ps
 from mage_gym.retrieval.fusion import rrf
 
 
-def _question(rng: np.random.Generator, n_pages: int, i: int, window: bool = False) -> eq.QuestionScores:
+def _question(rng: np.random.Generator, n_pages: int, i: int, window: bool = False) -> ps.QuestionScores:
     scores = {}
-    for ch in eq.CHANNELS:
+    for ch in ps.CHANNELS:
         s = rng.normal(size=n_pages).astype(np.float32)
         s[rng.random(n_pages) < 0.2] = 0.0  # pages a channel did not retrieve
         scores[ch] = s
@@ -27,15 +27,15 @@ def _question(rng: np.random.Generator, n_pages: int, i: int, window: bool = Fal
     if window:
         inside = np.zeros(n_pages, dtype=bool)
         inside[2: n_pages - 2] = True
-    return eq.QuestionScores(f"e{i}", f"d{i % 3}", gold, scores, inside)
+    return ps.QuestionScores(f"e{i}", f"d{i % 3}", gold, scores, inside)
 
 
 def test_ranked_pages_breaks_ties_by_page_and_keeps_to_the_window() -> None:
     s = np.array([0.5, 0.9, 0.5, 0.9, 0.1], dtype=np.float32)
-    assert eq.ranked_pages(s, None, 3) == [1, 3, 0]
+    assert ps.ranked_pages(s, None, 3) == [1, 3, 0]
     inside = np.array([True, False, True, False, True])
-    assert eq.ranked_pages(s, inside, 5) == [0, 2, 4]
-    assert eq.page_recall([0, 2], (2, 4)) == 0.5 and eq.page_recall([1], (1,)) == 1.0
+    assert ps.ranked_pages(s, inside, 5) == [0, 2, 4]
+    assert ps.page_recall([0, 2], (2, 4)) == 0.5 and ps.page_recall([1], (1,)) == 1.0
 
 
 @pytest.mark.parametrize("window", [False, True])
@@ -43,19 +43,19 @@ def test_grid_recall_equals_recall_of_library_rrf(window: bool) -> None:
     rng = np.random.default_rng(3)
     qs = [_question(rng, 17, i, window) for i in range(25)]
     channels = ("bm25", "dense", "page_dense")
-    cache = eq.RankCache(qs, channels)
+    cache = fg.RankCache(qs, channels)
     for weights, k in [({"bm25": 1.0, "dense": 1.0, "page_dense": 1.0}, 60.0),
                        ({"bm25": 2.0, "dense": 0.0, "page_dense": 0.5}, 5.0),
                        ({"bm25": 0.0, "dense": 1.5, "page_dense": 1.0}, 15.0)]:
         got = cache.recall(weights, k, (1, 3, 5))
         for kk in (1, 3, 5):
-            want = np.mean([eq.page_recall(eq.ranked_pages(
+            want = np.mean([ps.page_recall(ps.ranked_pages(
                 rrf([q.scores[c] for c in channels], [weights[c] for c in channels], k), q.inside, kk), q.gold)
                 for q in qs])
             assert got[kk] == pytest.approx(want, abs=1e-12)
 
 
-def _planted(rng: np.random.Generator, n: int, winner: str) -> list[eq.QuestionScores]:
+def _planted(rng: np.random.Generator, n: int, winner: str) -> list[ps.QuestionScores]:
     """Questions whose single gold page ranks first in ``winner`` ("page_dense" or "elements") and last elsewhere."""
     qs = []
     for i in range(n):
@@ -79,11 +79,11 @@ def test_selection_pools_questions_and_refuses_a_loss_on_any_train_split() -> No
     data = {"big": {"train": _planted(rng, 40, "page_dense"), "val": _planted(rng, 20, "page_dense")},
             "small": {"train": _planted(rng, 4, "elements"), "val": _planted(rng, 4, "elements")}}
     args = argparse.Namespace(ks=(1, 3, 5, 10))
-    sel = eq.select_fusion(data, args)
+    sel = fg.select_fusion(data, args)
     assert sel["train_questions"] == {"big": 40, "small": 4} and sel["val_questions"] == {"big": 20, "small": 4}
-    train = {ds: eq.RankCache(sp["train"], eq.GRID_CHANNELS) for ds, sp in data.items()}
-    ref = {ds: eq._recall_sums(rc, eq.REFERENCE, args.ks) for ds, rc in train.items()}
-    rows = [eq.evaluate_setting(train, s, args.ks, ref) for s in eq.grid_settings()]
+    train = {ds: fg.RankCache(sp["train"], fg.GRID_CHANNELS) for ds, sp in data.items()}
+    ref = {ds: fg._recall_sums(rc, fg.REFERENCE, args.ks) for ds, rc in train.items()}
+    rows = [fg.evaluate_setting(train, s, args.ks, ref) for s in fg.grid_settings()]
     assert sel["grid"]["settings"] == len(rows) and len({(tuple(r["weights"].values()), r["k"]) for r in rows}) == len(rows)
     page_only = next(r for r in rows if r["weights"] == {"bm25": 0.0, "dense": 0.0, "page_dense": 1.0})
     assert page_only["recall5"]["big"] == 1.0 and page_only["loss5_questions"]["small"] > 1.0
@@ -109,12 +109,12 @@ def test_selection_pools_questions_and_refuses_a_loss_on_any_train_split() -> No
 def test_reference_is_the_hybrid_elements_preset_and_presets_compare_up_to_scale() -> None:
     from mage_gym.retrieval import HYBRID_PRESETS
 
-    assert eq.same_fusion(HYBRID_PRESETS["hybrid_elements"], eq.REFERENCE)
+    assert fg.same_fusion(HYBRID_PRESETS["hybrid_elements"], fg.REFERENCE)
     preset = {"components": ["bm25", "dense", "page_dense"], "k": 30.0,
               "weights": {"bm25": 2.0, "dense": 1.0, "page_dense": 4.0}}
-    assert eq.same_fusion(preset, {"weights": {"bm25": 0.5, "dense": 0.25, "page_dense": 1.0}, "k": 30.0})
-    assert not eq.same_fusion(preset, {"weights": {"bm25": 0.5, "dense": 0.25, "page_dense": 1.0}, "k": 60.0})
-    assert not eq.same_fusion(preset, {"weights": {"bm25": 1.0, "dense": 0.25, "page_dense": 1.0}, "k": 30.0})
+    assert fg.same_fusion(preset, {"weights": {"bm25": 0.5, "dense": 0.25, "page_dense": 1.0}, "k": 30.0})
+    assert not fg.same_fusion(preset, {"weights": {"bm25": 0.5, "dense": 0.25, "page_dense": 1.0}, "k": 60.0})
+    assert not fg.same_fusion(preset, {"weights": {"bm25": 1.0, "dense": 0.25, "page_dense": 1.0}, "k": 30.0})
 
 
 def test_issue_bar_needs_the_better_single_channel_and_page_dense_on_financebench() -> None:
@@ -127,7 +127,7 @@ def test_issue_bar_needs_the_better_single_channel_and_page_dense_on_financebenc
             row("financebench", "hybrid_elements", 0.30), row("financebench", "page_text", 0.40),
             row("financebench", "page_dense", 0.50), row("financebench", "hybrid_pages", 0.45),
             {"dataset": "longdocurl", "split": "test", "channel": None, "metrics": {"questions": 0}}]
-    bar = eq.issue_bar(runs)
+    bar = fr.issue_bar(runs)
     assert set(bar) == {"mmlongbench", "financebench"}
     assert bar["mmlongbench"]["met"] and bar["mmlongbench"]["needed"] == 0.70  # page_dense alone is no rival here
     assert not bar["financebench"]["met"] and bar["financebench"]["needed"] == 0.50
@@ -141,15 +141,15 @@ def test_rows_and_markdown_come_from_the_results_file() -> None:
     qs = [_question(rng, 12, i) for i in range(6)]
     for q in qs:
         for name in eq.FUSED:
-            q.fused[name] = eq.ranked_pages(q.scores["bm25"], None, 10)
+            q.fused[name] = ps.ranked_pages(q.scores["bm25"], None, 10)
     rows = eq.recall_rows("mmlongbench", "test", qs, (1, 5))
     rows += eq.recall_rows("mmlongbench", "train", [], (1, 5))
-    assert {r["channel"] for r in rows[:-1]} == {*eq.CHANNELS, *eq.FUSED}
+    assert {r["channel"] for r in rows[:-1]} == {*ps.CHANNELS, *eq.FUSED}
     assert rows[-1] == {"dataset": "mmlongbench", "split": "train", "channel": None,
                         "metrics": {"questions": 0, "documents": 0}}
     bm25 = next(r for r in rows if r["channel"] == "bm25")["metrics"]
     assert bm25["questions"] == 6 and bm25["documents"] == 3
-    assert bm25["R@5"] == pytest.approx(np.mean([eq.page_recall(eq.ranked_pages(q.scores["bm25"], None, 5), q.gold)
+    assert bm25["R@5"] == pytest.approx(np.mean([ps.page_recall(ps.ranked_pages(q.scores["bm25"], None, 5), q.gold)
                                                  for q in qs]))
     assert next(r for r in rows if r["channel"] == "env_default")["metrics"]["R@5"] == bm25["R@5"]
     results = json.loads(json.dumps({"command": "cmd", "date": "2026-12-01", "commit": "abc", "runs": rows,
@@ -160,17 +160,17 @@ def test_rows_and_markdown_come_from_the_results_file() -> None:
 
 
 def test_issue_bar_carries_the_per_question_delta_against_the_rival_that_sets_it() -> None:
-    def q(i: int, gold: tuple[int, ...], fused_top: list[int], rival_top: list[int]) -> eq.QuestionScores:
-        scores = {ch: np.zeros(8, dtype=np.float32) for ch in eq.CHANNELS}
-        return eq.QuestionScores(f"e{i}", "d", gold, scores, None,
+    def q(i: int, gold: tuple[int, ...], fused_top: list[int], rival_top: list[int]) -> ps.QuestionScores:
+        scores = {ch: np.zeros(8, dtype=np.float32) for ch in ps.CHANNELS}
+        return ps.QuestionScores(f"e{i}", "d", gold, scores, None,
                                  fused={"hybrid_pages": fused_top, "hybrid_elements": rival_top, "page_text": [7]})
 
     # the fused ranking finds gold on 1 of 4 questions, hybrid_elements on 3 of 4
     qs = [q(0, (0,), [0], [0]), q(1, (1,), [2], [1]), q(2, (2,), [3], [2]), q(3, (3,), [4], [4])]
     runs = [{"dataset": "mmlongbench", "split": "test", "channel": ch,
-             "metrics": {"R@5": float(np.mean([eq.question_recall5(x, ch) for x in qs]))}}
+             "metrics": {"R@5": float(np.mean([ps.question_recall5(x, ch) for x in qs]))}}
             for ch in ("hybrid_pages", "hybrid_elements", "page_text")]
-    bar = eq.issue_bar(runs, questions={"mmlongbench": qs})["mmlongbench"]
+    bar = fr.issue_bar(runs, questions={"mmlongbench": qs})["mmlongbench"]
     assert not bar["met"] and bar["needed"] == 0.75
     d = bar["delta"]
     assert d["against"] == "hybrid_elements" and d["mean"] == pytest.approx(-0.5) and d["n"] == 4
@@ -179,27 +179,27 @@ def test_issue_bar_carries_the_per_question_delta_against_the_rival_that_sets_it
     md = eq.markdown({"command": "c", "date": "d", "commit": "x", "runs": [], "issue_bar": {"mmlongbench": bar},
                       "config": {"ks": [5], "parser": "fast"}})
     assert "delta vs hybrid_elements -0.500 [" in md and "not interpretable" in md
-    assert "delta" not in eq.issue_bar(runs)["mmlongbench"]  # without the questions: means only
+    assert "delta" not in fr.issue_bar(runs)["mmlongbench"]  # without the questions: means only
 
 
 def test_fused_choice_picks_on_val_with_its_paired_interval_and_never_reads_test() -> None:
-    def q(i: int, gold: int, tops: dict[str, list[int]]) -> eq.QuestionScores:
-        scores = {ch: np.zeros(8, dtype=np.float32) for ch in eq.CHANNELS}
-        return eq.QuestionScores(f"e{i}", "d", (gold,), scores, None, fused=tops)
+    def q(i: int, gold: int, tops: dict[str, list[int]]) -> ps.QuestionScores:
+        scores = {ch: np.zeros(8, dtype=np.float32) for ch in ps.CHANNELS}
+        return ps.QuestionScores(f"e{i}", "d", (gold,), scores, None, fused=tops)
 
     # val: hybrid_learned finds gold on 3 of 4, hybrid_pages on 2, the best rival (page_text) on 2
     val = [q(i, i, {"hybrid_pages": [i] if i < 2 else [7], "hybrid_learned": [i] if i < 3 else [7],
                     "hybrid_elements": [i] if i < 1 else [7], "page_text": [i] if i in (0, 3) else [7]})
            for i in range(4)]
     poisoned = q(9, 0, {})  # a test question: any read of its rankings raises KeyError
-    fc = eq.fused_choice({"mmlongbench": {"val": val, "test": [poisoned]}})
+    fc = fr.fused_choice({"mmlongbench": {"val": val, "test": [poisoned]}})
     assert fc is not None and fc["split"] == "val" and fc["chosen"] == "hybrid_learned"
     assert fc["candidates"]["hybrid_learned"]["margin_questions"] == {"mmlongbench": 1.0}
     assert fc["candidates"]["hybrid_pages"]["worst_margin"] == 0.0
     d = fc["chosen_delta"]["mmlongbench"]
     assert d["against"] == "page_text" and d["mean"] == pytest.approx(0.25) and d["n"] == 4
     assert d["lo"] <= 0.25 <= d["hi"] and not d["interpretable"]
-    assert eq.fused_choice({"mmlongbench": {"test": [poisoned]}}) is None  # no val split: no choice
+    assert fr.fused_choice({"mmlongbench": {"test": [poisoned]}}) is None  # no val split: no choice
     md = eq.markdown(json.loads(json.dumps({"command": "c", "date": "d", "commit": "x", "runs": [],
                                             "config": {"ks": [5], "parser": "fast"}, "fused_choice": fc})))
     assert "How sure val is" in md and "mmlongbench: hybrid_learned; delta vs page_text +0.250 [" in md

@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from experiments.quality import embed_quality as eq
+from experiments.quality import fusion_adaptive as fa, page_scores as ps
 from mage_gym.env.relevance import score_question
 from mage_gym.retrieval import Query, get_retriever, rrf
 from mage_gym.retrieval.learned_fusion import (
@@ -163,15 +163,15 @@ def test_retriever_entry_pages_are_the_fused_scores_of_the_model(tmp_path: Path)
                 "page_dense": comps["page_dense"].pages}
     doc = document_features(g)
     np.testing.assert_array_equal(fused.pages, LinearRanker.load().score_pages(channels, doc, text))
-    qs = eq.QuestionScores("e", "learned", (0,), channels, None, question=text, doc=doc)
-    np.testing.assert_array_equal(eq.fused_scores(qs, {"family": "learned", "model": r.model}), fused.pages)
+    qs = ps.QuestionScores("e", "learned", (0,), channels, None, question=text, doc=doc)
+    np.testing.assert_array_equal(fa.fused_scores(qs, {"family": "learned", "model": r.model}), fused.pages)
     # elements: as hybrid_elements ranks them
     np.testing.assert_array_equal(fused.elements, rrf([comps["bm25"].elements, comps["dense"].elements], [1, 1], 60))
     # the env's entry pages are the top of these scores (ties by page index), and so are embed_quality's
     rel = score_question(g, r, q)
     expected = np.lexsort((np.arange(g.n_pages), -fused.pages.astype(np.float64)))
     np.testing.assert_array_equal(rel.page_order, expected)
-    assert eq.ranked_pages(fused.pages, None, 3) == expected[:3].tolist()
+    assert ps.ranked_pages(fused.pages, None, 3) == expected[:3].tolist()
     np.testing.assert_array_equal(r.score(g, q).pages, fused.pages)
     with pytest.raises(TypeError):
         r.fuse(comps)

@@ -31,7 +31,7 @@ With ``k = 5`` and ``env_default`` this is exactly what ``topk_page`` scores
 in the ``visual`` render mode (it sends its 5 entry pages and stops).
 
 ``--select`` also chooses the fusion on the TRAIN splits only, by a rule
-fixed before looking at the figures it picks (``SELECTION_RULE``): train
+fixed before looking at the figures it picks (``fusion_grid.SELECTION_RULE``): train
 questions are pooled across datasets (each question counts once, so 11
 FinanceBench questions do not weigh as much as 149 MMLongBench ones); a
 setting is admissible only if it loses at most one question's worth of
@@ -42,7 +42,7 @@ used to choose). The grid is small on purpose (relative weights in {0, 1/4,
 1/2, 1}, four k): a wide grid on a few hundred questions picks noise.
 
 ``--select-adaptive`` searches four fusion families aimed at issue 19's bar
-(``ADAPTIVE_SELECTION_RULE``): weighted RRF, normalised score sums, interleaving
+(``fusion_adaptive.ADAPTIVE_SELECTION_RULE``): weighted RRF, normalised score sums, interleaving
 of the two channels' rankings, and an RRF gated by document text density. Each
 family's parameters are chosen on the TRAIN splits by the bar margin of the
 worst dataset; the family is then chosen on the VAL splits by the same margin
@@ -53,7 +53,7 @@ are never read by either selection.
 question once) for every setting of a small grid (nested feature sets, each
 with and without the unpenalised ``hybrid_elements`` anchor, x L2 penalty) and
 chooses the setting on the VAL splits by the same bar margin
-(``LEARNED_SELECTION_RULE``); ``--save-learned`` writes the chosen fit, which
+(``fusion_learned.LEARNED_SELECTION_RULE``); ``--save-learned`` writes the chosen fit, which
 ``mage_gym/retrieval/learned_fusion.json`` ships. Test splits are never read.
 
 ``issue_bar`` in ``results.json`` checks issue 19's bar on each test split:
@@ -106,7 +106,7 @@ import numpy as np
 from experiments.quality.fusion_adaptive import adaptive_preset_matches, select_adaptive
 from experiments.quality.fusion_grid import same_fusion, select_fusion
 from experiments.quality.fusion_learned import LEARNED_SELECTION_RULE, learned_model_matches, select_learned
-from experiments.quality.fusion_ruling import BAR_CANDIDATES, RULING, _delta_text, fused_choice, issue_bar
+from experiments.quality.fusion_ruling import BAR_CANDIDATES, RULING, delta_text, fused_choice, issue_bar
 from experiments.quality.page_scores import CHANNELS, KS, SPLITS, QuestionScores, page_recall, ranked_pages
 from mage_gym.bench.results import write_json
 
@@ -203,7 +203,8 @@ def markdown(results: dict[str, Any]) -> str:
     """The tables the docs cite, generated from ``results.json`` alone."""
     names = (*CHANNELS, *FUSED)
     ks = [f"R@{k}" for k in results["config"]["ks"]]
-    lines = [f"# Entry-page recall (`experiments/quality/embed_quality.py`, parser `{results['config']['parser']}`)", "",
+    parser = results["config"]["parser"]
+    lines = [f"# Entry-page recall (`experiments/quality/embed_quality.py`, parser `{parser}`)", "",
              f"`{results['command']}` ({results['date']}, commit `{results['commit']}`)", "",
              "Page recall of the top-k pages (the env's `evidence_page_recall`; `env_default` at k=5 = topk_page, "
              "visual). Cells: " + " / ".join(ks) + ".", ""]
@@ -233,7 +234,7 @@ def markdown(results: dict[str, Any]) -> str:
         for ds, b in results["issue_bar"].items():
             lines.append(f"- {ds}: hybrid_pages {b['hybrid_pages']:.3f}, needed {b['needed']:.3f} ("
                          + ", ".join(f"{c} {v:.3f}" for c, v in b["rivals"].items()) + "): "
-                         + ("met" if b["met"] else "NOT met") + _delta_text(b))
+                         + ("met" if b["met"] else "NOT met") + delta_text(b))
         lines.append("")
     for name, bar in (results.get("issue_bar_by_retriever") or {}).items():
         if name == "hybrid_pages" and results.get("issue_bar"):
@@ -241,7 +242,7 @@ def markdown(results: dict[str, Any]) -> str:
         lines += [f"Issue 19's bar for {name} on the test splits:", ""]
         for ds, b in bar.items():
             lines.append(f"- {ds}: {name} {b['recall5']:.3f}, needed {b['needed']:.3f}: "
-                         + ("met" if b["met"] else "NOT met") + _delta_text(b))
+                         + ("met" if b["met"] else "NOT met") + delta_text(b))
         lines.append("")
     fc = results.get("fused_choice")
     if fc:
@@ -255,11 +256,11 @@ def markdown(results: dict[str, Any]) -> str:
         if fc.get("chosen_delta"):
             lines += ["", "How sure val is of the chosen setting (its recall@5 minus the best single channel's "
                       "on val):", ""]
-            lines += [f"- {ds}: {fc['chosen']}" + _delta_text({"delta": d}) for ds, d in fc["chosen_delta"].items()]
+            lines += [f"- {ds}: {fc['chosen']}" + delta_text({"delta": d}) for ds, d in fc["chosen_delta"].items()]
         lines += ["", f"Ruling on the test splits: {results.get('ruling', '')}", ""]
         for ds, b in (results.get("issue_bar_by_retriever") or {}).get(fc["chosen"], {}).items():
             lines.append(f"- {ds}: {fc['chosen']} {b['recall5']:.3f}, best single channel {b['needed']:.3f}"
-                         + _delta_text(b))
+                         + delta_text(b))
         lines.append("")
     if results["config"].get("note"):
         lines += [f"Note: {results['config']['note']}", ""]
@@ -471,17 +472,17 @@ def main() -> None:
               + ", ".join(f"{n} {r['worst_margin']:+.2f} q." for n, r in fc["candidates"].items())
               + f"); each dataset's own best on val: {fc['best_per_dataset']}")
         for ds, d in fc["chosen_delta"].items():
-            print(f"val {ds}: {fc['chosen']}" + _delta_text({"delta": d}))
+            print(f"val {ds}: {fc['chosen']}" + delta_text({"delta": d}))
         for ds, b in results["issue_bar_by_retriever"].get(fc["chosen"], {}).items():
             print(f"ruling {ds}: {fc['chosen']} test R@5 {b['recall5']:.3f} vs best single {b['needed']:.3f}"
-                  + _delta_text(b))
+                  + delta_text(b))
     for name in ("hybrid_adaptive", "hybrid_learned"):
         for ds, b in results["issue_bar_by_retriever"].get(name, {}).items():
             print(f"bar {ds}: {name} test R@5 {b['recall5']:.3f} vs needed {b['needed']:.3f}: {b['met']}"
-                  + _delta_text(b))
+                  + delta_text(b))
     for ds, b in results["issue_bar"].items():
         print(f"bar {ds}: hybrid_pages test R@5 {b['hybrid_pages']:.3f} vs needed {b['needed']:.3f}: {b['met']}"
-              + _delta_text(b))
+              + delta_text(b))
     results["machine"]["load_average_1min_end"] = os.getloadavg()[0]
     results["seconds"] = round(time.perf_counter() - t0, 1)
     out = Path(args.out)

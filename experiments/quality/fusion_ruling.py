@@ -100,7 +100,7 @@ def _delta_vs_best_rival(qs: list[QuestionScores], fused: str, dataset: str) -> 
                                             [question_recall5(q, best) for q in qs])}
 
 
-def _delta_text(b: dict[str, Any]) -> str:
+def delta_text(b: dict[str, Any]) -> str:
     """``; delta vs <rival> mean [lo, hi] over n q.`` of one bar check (empty without a delta)."""
     from mage_gym.bench.equal_cost import MIN_QUESTIONS
 

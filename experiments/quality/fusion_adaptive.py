@@ -13,9 +13,7 @@ from typing import Any
 import numpy as np
 
 from experiments.quality.fusion_grid import GRID_CHANNELS, GRID_K, grid_settings
-from experiments.quality.page_scores import QuestionScores, page_recall, ranked_pages
-
-
+from experiments.quality.page_scores import QuestionScores, bar_rivals, page_recall, ranked_pages
 
 #: Gate grids: the document text density a gate reads, and the values of ``lo`` searched for it.
 GATE_LO = {"chars_per_element": (60.0, 80.0, 100.0, 120.0, 150.0), "mean_page_chars": (500.0, 1000.0, 1500.0, 2000.0,
@@ -89,7 +87,7 @@ def bar_targets(questions: dict[str, list[QuestionScores]]) -> dict[str, float]:
     """Per dataset, the summed recall@5 a fused retriever must reach (the bar's best rival on these questions)."""
     out = {}
     for ds, qs in questions.items():
-        rivals = ["hybrid_elements", "page_text"] + (["page_dense"] if ds == "financebench" else [])
+        rivals = bar_rivals(ds)
         sums = {r: 0.0 for r in rivals}
         for q in qs:
             sc = _rival_scores(q)

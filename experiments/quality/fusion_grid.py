@@ -15,8 +15,6 @@ import numpy as np
 from experiments.quality.page_scores import QuestionScores, page_recall, ranked_pages
 
 
-
-
 class RankCache:
     """Competition ranks of each channel per question (what RRF uses), computed once for the grid."""
 

@@ -13,8 +13,6 @@ import numpy as np
 from experiments.quality.fusion_adaptive import bar_margins, bar_targets
 from experiments.quality.page_scores import QuestionScores
 
-
-
 #: The learned fusion's grid: nested feature sets (mage_gym.retrieval.learned_fusion.FEATURE_SETS, simplest first)
 #: and L2 penalties (strongest first: on a tie the simpler, more regularised model wins).
 LEARNED_L2 = (10.0, 1.0, 0.1, 0.01, 0.001)
@@ -69,8 +67,9 @@ def select_learned(data: dict[str, dict[str, list[QuestionScores]]]) -> tuple[di
         raise ValueError("--select-learned chooses on the val splits: run with --splits including val")
     targets = {sp: bar_targets(qs) for sp, qs in splits.items()}
     train = [q for qs in splits["train"].values() for q in qs]
+    settings = learned_settings()
     rows, models = [], []
-    for order, setting in enumerate(learned_settings()):
+    for setting in settings:
         model = fit_learned(train, setting)
         scored = {**setting, "model": model}
         row = {"setting": setting, "features": len(model.names), "fit": dict(model.meta["fit"]),
@@ -84,8 +83,8 @@ def select_learned(data: dict[str, dict[str, list[QuestionScores]]]) -> tuple[di
     return ({"rule": LEARNED_SELECTION_RULE,
              "questions": {sp: {ds: len(qs) for ds, qs in by.items()} for sp, by in splits.items()},
              "targets_recall5_sums": targets,
-             "grid": {"feature_sets": sorted({s["features"] for s in learned_settings()}, key=[
-                 s["features"] for s in learned_settings()].index), "l2": list(LEARNED_L2), "settings": len(rows)},
+             "grid": {"feature_sets": list(dict.fromkeys(s["features"] for s in settings)), "l2": list(LEARNED_L2),
+                      "settings": len(rows)},
              "settings": rows, "chosen": chosen["setting"], "chosen_train": chosen["train"],
              "chosen_val": chosen["val"],
              "meets_bar_on_train": bool(chosen["train"]["worst_margin"] >= -1e-9),

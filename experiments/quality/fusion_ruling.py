@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.quality.page_scores import QuestionScores, question_recall5
+from experiments.quality.page_scores import QuestionScores, bar_rivals, question_recall5
 
 #: Fused retrievers whose test figures are checked against issue 19's bar.
 BAR_CANDIDATES = ("hybrid_pages", "hybrid_adaptive", "hybrid_learned")
@@ -36,7 +36,7 @@ def issue_bar(runs: list[dict[str, Any]], split: str = "test", fused: str = "hyb
           if r["split"] == split and r["channel"] is not None}
     out = {}
     for ds in dict.fromkeys(d for d, _ in r5):
-        rivals = ["hybrid_elements", "page_text"] + (["page_dense"] if ds == "financebench" else [])
+        rivals = bar_rivals(ds)
         needed = max(r5[(ds, c)] for c in rivals)
         # "hybrid_pages" holds the checked retriever's figure whatever its name (kept for older readers)
         out[ds] = {"split": split, "fused": fused, "recall5": r5[(ds, fused)], "hybrid_pages": r5[(ds, fused)],
@@ -71,7 +71,7 @@ def fused_choice(data: dict[str, dict[str, list[QuestionScores]]], split: str = 
     for name in names:
         margins, total, n = {}, 0.0, 0
         for ds, qs in per_ds.items():
-            rivals = ["hybrid_elements", "page_text"] + (["page_dense"] if ds == "financebench" else [])
+            rivals = bar_rivals(ds)
             mine = sum(question_recall5(q, name) for q in qs)
             margins[ds] = mine - max(sum(question_recall5(q, r) for q in qs) for r in rivals)
             total, n = total + mine, n + len(qs)
@@ -94,8 +94,7 @@ def _delta_vs_best_rival(qs: list[QuestionScores], fused: str, dataset: str) -> 
     """
     from mage_gym.bench.equal_cost import paired_delta
 
-    rivals = ["hybrid_elements", "page_text"] + (["page_dense"] if dataset == "financebench" else [])
-    best = max(rivals, key=lambda r: sum(question_recall5(q, r) for q in qs))
+    best = max(bar_rivals(dataset), key=lambda r: sum(question_recall5(q, r) for q in qs))
     return {"against": best, **paired_delta([question_recall5(q, fused) for q in qs],
                                             [question_recall5(q, best) for q in qs])}
 

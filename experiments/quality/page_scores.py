@@ -40,9 +40,15 @@ def ranked_pages(scores: np.ndarray, inside: np.ndarray | None, k: int) -> list[
     return order[:k].tolist()
 
 
-def page_recall(top: list[int], gold: tuple[int, ...]) -> float:
-    return len(set(top) & set(gold)) / len(gold)
+def bar_rivals(dataset: str) -> list[str]:
+    """The single channels issue 19's bar holds a fused ranking against on ``dataset`` (page_dense on FinanceBench
+    too, where it alone was strongest)."""
+    return ["hybrid_elements", "page_text"] + (["page_dense"] if dataset == "financebench" else [])
 
+
+def page_recall(top: list[int], gold: tuple[int, ...]) -> float:
+    """Share of the gold pages among ``top`` (the env's ``evidence_page_recall`` of those pages)."""
+    return len(set(top) & set(gold)) / len(gold)
 
 
 def question_recall5(q: QuestionScores, name: str) -> float:

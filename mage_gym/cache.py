@@ -182,6 +182,17 @@ class Cache(Generic[V]):
         if entry is not None:
             self._evicted([entry[1]])
 
+    def discard_owner(self, owner: Any) -> int:
+        """Drop every entry of ``owner`` (any key), calling ``on_evict`` on their values; how many went."""
+        if not self.owned:
+            return 0
+        with self._lock:
+            gone = [k for k, (ref, _) in self._entries.items() if k[0] == id(owner) and ref is not None
+                    and ref() is owner]
+            values = [self._entries.pop(k)[1] for k in gone]
+        self._evicted(values)
+        return len(values)
+
     # --- bounds, counters, housekeeping -----------------------------------------------
 
     def reserve(self, n: int) -> None:
@@ -254,6 +265,18 @@ def reserve_graphs(n: int) -> None:
             cache.reserve(_GRAPH_FLOOR)
 
 
+def release_owner(owner: Any) -> int:
+    """Drop ``owner``'s entries from every cache of this process; how many went.
+
+    Why: a service that evicts an idle document must free what was derived
+    from its graph too (indexes, node tables, rendered-page memos), or the
+    per-graph caches keep the graph alive until their own LRU gets to it.
+    Entries owned by objects derived from ``owner`` (its index) die with them:
+    their owners are held weakly.
+    """
+    return sum(cache.discard_owner(owner) for cache in _live_caches())
+
+
 def _live_caches() -> list[Cache[Any]]:
     with _LIVE_LOCK:
         return list(_LIVE)
@@ -268,4 +291,4 @@ def cache_stats() -> list[CacheStats]:
     return sorted((c.stats() for c in _live_caches()), key=lambda s: (s.name, -s.size))
 
 
-__all__ = ["Cache", "CacheStats", "cache_stats", "reserve_graphs"]
+__all__ = ["Cache", "CacheStats", "cache_stats", "release_owner", "reserve_graphs"]

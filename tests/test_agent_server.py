@@ -1,38 +1,24 @@
-"""The OpenEnv-style server on loopback: concurrent sessions replay tasks exactly; timeouts and bad requests say why."""
+"""The chat-env server (openenv-core) on loopback: OpenEnv's own clients and the HTTP session routes play full
+episodes, concurrent sessions replay a task exactly, and errors say why with a typed code."""
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
 import pytest
 
-from agent_helpers import toy_chat_env
-from mage_gym.agent.server import ChatEnvServer
-
-NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
-STOP = '<tool_call>{"name": "stop", "arguments": {}}</tool_call>'
-
-
-def call(base: str, path: str, body: dict | None = None) -> tuple[int, dict]:
-    data = None if body is None else json.dumps(body).encode()
-    req = urllib.request.Request(base + path, data=data, method="GET" if body is None else "POST",
-                                 headers={"Content-Type": "application/json"})
-    try:
-        with NO_PROXY.open(req, timeout=60) as r:
-            return r.status, json.loads(r.read())
-    except urllib.error.HTTPError as err:
-        return err.code, json.loads(err.read())
+pytest.importorskip("openenv")
+from service_helpers import ACTIVATE, STOP, TASK, call, toy_server  # noqa: E402
 
 
 @pytest.fixture()
 def server():
-    srv = ChatEnvServer(lambda: toy_chat_env(), episode_timeout=30).start()
+    srv = toy_server(episode_timeout=30)
     yield srv
     srv.stop()
 
@@ -40,11 +26,11 @@ def server():
 def play(base: str, task: str, moves: list[str]) -> tuple[list, float]:
     code, r = call(base, "/reset", {"task": task})
     assert code == 200, r
-    sid, seen, total = r["session_id"], [r["observation"]], 0.0
+    sid, seen, total = r["session_id"], [r["observation"]["messages"]], 0.0
     for m in moves:
         code, r = call(base, "/step", {"session_id": sid, "action": m})
         assert code == 200, r
-        seen.append(r["observation"])
+        seen.append(r["observation"]["messages"])
         total += r["reward"]
         if r["done"]:
             break
@@ -52,12 +38,11 @@ def play(base: str, task: str, moves: list[str]) -> tuple[list, float]:
 
 
 def test_concurrent_sessions_replay_the_same_task_exactly(server):
-    task = "mmlongbench/toy/elem/k5-m4-M24-T6-B16/s0"
-    moves = ['<tool_call>{"name": "activate", "arguments": {"candidates": [1, 3]}}</tool_call>', "oops", STOP]
+    moves = [ACTIVATE, "oops", STOP]
     results: list = [None] * 4
 
     def worker(i: int) -> None:
-        results[i] = play(server.base_url, task, moves)
+        results[i] = play(server.base_url, TASK, moves)
 
     threads = [threading.Thread(target=worker, args=(i,)) for i in range(4)]
     [t.start() for t in threads]
@@ -65,36 +50,67 @@ def test_concurrent_sessions_replay_the_same_task_exactly(server):
     assert all(r is not None for r in results) and all(r == results[0] for r in results)
     assert "no tool call found" in json.dumps(results[0][0][2])
     code, health = call(server.base_url, "/health")
-    assert code == 200 and health["ok"] and health["sessions"] == 0  # all four episodes ended
+    assert code == 200 and health["status"] == "healthy" and health["sessions"] == 4  # ended, not yet closed
 
 
-def test_state_close_and_errors(server):
+def test_openenvs_own_clients_play_full_episodes_with_the_https_reward(server):
+    """OpenEnv's GenericEnvClient (unchanged, raw dicts) and the typed MageChatClient over /ws."""
+    from openenv.core.generic_client import GenericEnvClient
+
+    from mage_gym.agent.service.client import MageChatClient
+    from mage_gym.agent.service.models import MageChatAction
+
+    _, http_total = play(server.base_url, TASK, [ACTIVATE, STOP])
+    with GenericEnvClient(base_url=server.base_url).sync() as env:
+        first = env.reset(task=TASK)
+        assert not first.done and first.observation["messages"][0]["role"] == "system"
+        assert env.step({"message": ACTIVATE}).reward == 0.0
+        last = env.step({"message": STOP})
+        assert last.done and last.observation["terminated"] and last.reward == pytest.approx(http_total)
+        assert "reward_components" in last.observation["info"]
+
+    async def typed() -> tuple[float, str | None]:
+        async with MageChatClient(base_url=server.base_url) as env:
+            await env.reset(task=TASK)
+            await env.step(MageChatAction(message=ACTIVATE))
+            result = await env.step(MageChatAction(message=STOP))
+            return result.reward, (await env.state()).task
+
+    reward, task = asyncio.run(typed())
+    assert reward == pytest.approx(http_total) and task == TASK
+
+
+def test_state_close_and_errors_are_typed(server):
     base = server.base_url
     code, r = call(base, "/reset", {"episode_id": "page", "seed": 3})
     sid = r["session_id"]
     code, st = call(base, f"/state?session_id={sid}")
     assert code == 200 and st["task"] == "mmlongbench/toy/page/k5-m4-M24-T6-B16/s3" and not st["done"]
-    assert call(base, "/step", {"session_id": "nope", "action": STOP})[0] == 404
-    assert call(base, "/step", {"session_id": sid})[0] == 400
-    assert call(base, "/reset", {"task": "bad/task"})[0] == 400
-    req = urllib.request.Request(base + "/reset", data=b"{not json", method="POST")
-    with pytest.raises(urllib.error.HTTPError) as err:
-        NO_PROXY.open(req, timeout=30)
-    assert err.value.code == 400
-    assert call(base, "/step", {"session_id": sid, "action": STOP})[1]["terminated"] is True
-    assert call(base, "/step", {"session_id": sid, "action": STOP})[0] == 409
+    assert call(base, "/step", {"session_id": "nope", "action": STOP})[1]["code"] == "SESSION_NOT_FOUND"
+    assert call(base, "/step", {"session_id": sid})[1]["code"] == "INVALID_REQUEST"
+    assert call(base, "/reset", {"task": "bad/task"})[1]["code"] == "INVALID_TASK"
+    code, body = call(base, "/reset", raw=b"{not json")
+    assert (code, body["code"]) == (400, "INVALID_REQUEST")
+    assert call(base, "/step", {"session_id": sid, "action": STOP})[1]["observation"]["terminated"] is True
+    code, body = call(base, "/step", {"session_id": sid, "action": STOP})
+    assert (code, body["code"]) == (409, "EPISODE_OVER")
     assert call(base, "/close", {"session_id": sid}) == (200, {"closed": True})
     assert call(base, f"/state?session_id={sid}")[0] == 404
+    _, metrics = call(base, "/metrics")
+    assert metrics["errors"]["SESSION_NOT_FOUND"] == 2 and metrics["errors"]["INVALID_REQUEST"] == 2
+    assert metrics["errors"]["INVALID_TASK"] == 1 and metrics["errors"]["EPISODE_OVER"] == 1
+    assert metrics["sessions"]["live"] == 0  # the failed reset released its slot
 
 
 def test_an_episode_past_its_timeout_is_finished_and_refused():
-    srv = ChatEnvServer(lambda: toy_chat_env(), episode_timeout=0.2).start()
+    srv = toy_server(episode_timeout=0.2)
     try:
         code, r = call(srv.base_url, "/reset", {"episode_id": "elem"})
         time.sleep(0.4)
         code, body = call(srv.base_url, "/step", {"session_id": r["session_id"], "action": STOP})
-        assert code == 410 and "episode_timeout" in body["error"]
+        assert code == 410 and body["code"] == "EPISODE_TIMEOUT" and "episode_timeout" in body["error"]
         assert call(srv.base_url, f"/state?session_id={r['session_id']}")[1]["expired"] is True
+        assert call(srv.base_url, "/metrics")[1]["events"]["episodes_expired"] == 1
     finally:
         srv.stop()
 
@@ -116,9 +132,9 @@ def test_the_start_command_serves(tmp_path):
     try:
         assert "sessions on" in proc.stdout.readline()
         code, r = call(f"http://127.0.0.1:{port}", "/reset", {"seed": 0})
-        assert code == 200 and r["observation"][0]["role"] == "system"
+        assert code == 200 and r["observation"]["messages"][0]["role"] == "system"
         code, r = call(f"http://127.0.0.1:{port}", "/step", {"session_id": r["session_id"], "action": STOP})
-        assert code == 200 and r["terminated"] and "reward_components" in r["info"]
+        assert code == 200 and r["observation"]["terminated"] and "reward_components" in r["observation"]["info"]
     finally:
         proc.kill()
         proc.wait(30)

@@ -216,3 +216,23 @@ def test_derived_data_hangs_on_the_graph_index_and_is_not_pickled() -> None:
     assert gi.derived("test.thing", lambda g: ["rebuilt"]) is first and calls == [1]
     clone = pickle.loads(pickle.dumps(gi))
     assert clone.memo == {} and gi.memo and clone.n_nodes == gi.n_nodes
+
+
+def test_release_owner_drops_its_entries_in_every_cache_and_frees_what_they_held() -> None:
+    """What a service evicting an idle document relies on: values that hold their owner (an index holds its
+    graph) no longer keep it alive once released."""
+    evicted: list[object] = []
+    first: Cache[object] = Cache("test.release_a", 8, on_evict=evicted.append)
+    second: Cache[object] = Cache("test.release_b", 8)
+    owner, other = Owner(), Owner()
+    first.get(owner, "x", lambda: ["holds", owner])
+    first.get(owner, "y", lambda: ["holds", owner])
+    second.get(owner, None, lambda: ["holds", owner])
+    first.get(other, "x", lambda: "kept")
+    ref = weakref.ref(owner)
+    assert cache_mod.release_owner(owner) == 3
+    assert len(evicted) == 2 and first.peek(other, "x") == "kept" and len(second) == 0
+    evicted.clear()
+    del owner
+    gc.collect()
+    assert ref() is None

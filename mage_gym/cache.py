@@ -193,6 +193,13 @@ class Cache(Generic[V]):
         self._evicted(values)
         return len(values)
 
+    def purge_dead(self) -> int:
+        """Drop now the entries whose owner died (otherwise they go at this cache's next use); how many."""
+        with self._lock:
+            values = self._purge() if self._dead else []
+        self._evicted(values)
+        return len(values)
+
     # --- bounds, counters, housekeeping -----------------------------------------------
 
     def reserve(self, n: int) -> None:
@@ -277,6 +284,18 @@ def release_owner(owner: Any) -> int:
     return sum(cache.discard_owner(owner) for cache in _live_caches())
 
 
+def purge_dead() -> int:
+    """Drop, in every cache of this process, the entries whose owner died; how many.
+
+    Why: a dead owner's entry normally goes at its cache's next use. After
+    :func:`release_owner`, objects that lived only through the released
+    entries die (some in reference cycles, after a collection), and the
+    entries they own may hold the released owner's data: a caller that needs
+    the memory back at once collects and purges until nothing more dies.
+    """
+    return sum(cache.purge_dead() for cache in _live_caches())
+
+
 def _live_caches() -> list[Cache[Any]]:
     with _LIVE_LOCK:
         return list(_LIVE)
@@ -291,4 +310,4 @@ def cache_stats() -> list[CacheStats]:
     return sorted((c.stats() for c in _live_caches()), key=lambda s: (s.name, -s.size))
 
 
-__all__ = ["Cache", "CacheStats", "cache_stats", "release_owner", "reserve_graphs"]
+__all__ = ["Cache", "CacheStats", "cache_stats", "purge_dead", "release_owner", "reserve_graphs"]

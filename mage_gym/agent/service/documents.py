@@ -21,6 +21,7 @@ held fails with :class:`~mage_gym.agent.service.errors.DocumentCapacity`.
 from __future__ import annotations
 
 import contextvars
+import gc
 import threading
 import time
 from collections import OrderedDict
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from mage_gym.agent.service.errors import DocumentCapacity
-from mage_gym.cache import release_owner
+from mage_gym.cache import purge_dead, release_owner
 from mage_gym.data.composite import CompositeEpisode
 from mage_gym.data.episode import Episode
 from mage_gym.env.episodes import Gold, LoadedEpisode, max_turns
@@ -131,8 +132,7 @@ class SharedDocuments:
             for s, _ in gone:
                 del self._entries[s]
             self.evictions += len(gone)
-        for _, entry in gone:
-            release_owner(entry.graph)
+        _free([e for _, e in gone])
         return [s for s, _ in gone]
 
     def stats(self) -> dict[str, Any]:
@@ -166,8 +166,7 @@ class SharedDocuments:
                     mine = True
                 else:
                     mine = False
-            for e in evicted:
-                release_owner(e.graph)
+            _free(evicted)
             if not mine:  # another session is loading it: wait, then take the loaded one
                 waiting.wait()
                 continue
@@ -200,6 +199,26 @@ class SharedDocuments:
             out.append(self._entries.pop(idle))
             self.evictions += 1
         return out
+
+
+def _free(entries: Sequence[_Entry]) -> None:
+    """Free evicted documents: their graphs and every cache entry derived from them.
+
+    Releasing the graph's entries lets objects die that lived only through
+    them (an episode's relevance, the graph's index, some in reference
+    cycles), and cache entries *they* own hold the graph's data in turn: so
+    collect and purge dead owners' entries until nothing more dies. Evictions
+    are rare (a document idle for ``idle_s``, or a full pool), so the
+    collections' cost is paid rarely.
+    """
+    if not entries:
+        return
+    for entry in entries:
+        release_owner(entry.graph)
+    for _ in range(8):
+        gc.collect()
+        if not purge_dead():
+            break
 
 
 __all__ = ["DocumentHolder", "SharedDocuments"]

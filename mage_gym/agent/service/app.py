@@ -31,9 +31,10 @@ from typing import Any, AsyncIterator
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from mage_gym.agent.service.environment import MageChatEnvironment
-from mage_gym.agent.service.errors import InternalError, InvalidRequest, RequestTooLarge, ServiceError
+from mage_gym.agent.service.errors import InternalError, InvalidRequest, NoRoute, RequestTooLarge, ServiceError
 from mage_gym.agent.service.models import MageChatAction, MageChatObservation
 from mage_gym.agent.service.openenv_import import openenv_server
 from mage_gym.agent.service.runtime import ServiceRuntime
@@ -62,7 +63,7 @@ class LimitsMiddleware:
             from uvicorn.protocols.utils import ClientDisconnected
 
             try:
-                await self.app(scope, self._ws_receive(receive), self._ws_send(send))
+                await self.app(scope, self._ws_receive(receive, send), self._ws_send(send))
             except (WebSocketDisconnect, ClientDisconnected):
                 pass  # OpenEnv 0.3 closes a socket the client already closed: the session is gone, nothing to say
         else:
@@ -117,16 +118,29 @@ class LimitsMiddleware:
 
         return counted
 
-    def _ws_receive(self, receive: Any) -> Any:
+    def _ws_receive(self, receive: Any, send: Any) -> Any:
+        """Count frames over the size limit; answer a JSON frame that is not an object here (OpenEnv 0.3's loop
+        would end the session on it) and wait for the next frame."""
         counters = self.runtime.counters
 
-        async def counted() -> dict:
-            message = await receive()
-            if message.get("type") == "websocket.disconnect" and message.get("code") == _WS_MESSAGE_TOO_BIG:
-                counters.error(RequestTooLarge.code)
-            return message
+        async def checked() -> dict:
+            while True:
+                message = await receive()
+                if message.get("type") == "websocket.disconnect" and message.get("code") == _WS_MESSAGE_TOO_BIG:
+                    counters.error(RequestTooLarge.code)
+                text = message.get("text") if message.get("type") == "websocket.receive" else None
+                if text is None or text.lstrip().startswith("{"):
+                    return message
+                try:
+                    json.loads(text)
+                except ValueError:
+                    return message  # not JSON: OpenEnv answers INVALID_JSON and the session goes on
+                err = InvalidRequest("a message must be a JSON object {\"type\": ..., \"data\": ...}")
+                counters.error(err.code)
+                await send({"type": "websocket.send", "text": json.dumps(
+                    {"type": "error", "data": {"message": str(err), "code": "VALIDATION_ERROR"}})})
 
-        return counted
+        return checked
 
 
 async def _send_json(send: Any, status: int, body: dict) -> None:
@@ -189,6 +203,12 @@ def build_app(runtime: ServiceRuntime) -> Any:
         if not getattr(err, "counted", False):
             runtime.counters.error(err.code)
         return JSONResponse(err.to_json(), status_code=err.status)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def route_error(request: Request, err: StarletteHTTPException) -> JSONResponse:
+        typed = NoRoute(f"{request.method} {request.url.path}: {err.detail}")
+        typed.status = err.status_code
+        return await typed_error(request, typed)
 
     @app.exception_handler(Exception)
     async def untyped_error(request: Request, err: Exception) -> JSONResponse:

@@ -36,6 +36,12 @@ class InvalidRequest(ServiceError):
     code, status = "INVALID_REQUEST", 400
 
 
+class NoRoute(ServiceError):
+    """No route has this path and method (404, or 405 for a known path with another method)."""
+
+    code, status = "NO_ROUTE", 404
+
+
 class InvalidTask(ServiceError):
     """A reset named a task, episode or option this server does not play."""
 
@@ -110,7 +116,7 @@ class InternalError(ServiceError):
 
 
 ERRORS: dict[str, type[ServiceError]] = {c.code: c for c in (
-    InvalidRequest, InvalidTask, SessionNotFound, EpisodeOver, SessionFailed, EpisodeTimeout, RequestTooLarge,
+    InvalidRequest, NoRoute, InvalidTask, SessionNotFound, EpisodeOver, SessionFailed, EpisodeTimeout, RequestTooLarge,
     ReaderFailed, AtCapacity, DocumentCapacity, StepTimeout, ServerUnavailable, InternalError)}
 
 

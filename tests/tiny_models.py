@@ -40,21 +40,27 @@ def byte_tokenizer():
     return tok
 
 
-def build_tiny_qwen3vl(out: Path) -> Path:
-    """A 0.44 M-parameter Qwen3-VL (vision + text) with its processor, saved in ``out``."""
+def build_tiny_qwen3vl(out: Path, tokenizer=None, chat_template: str = TEMPLATE) -> Path:
+    """A 0.44 M-parameter Qwen3-VL (vision + text) with its processor, saved in ``out``.
+
+    ``tokenizer``: one with :data:`SPECIAL` among its tokens (default: the byte
+    tokenizer); ``chat_template``: the processor's and the tokenizer's (default:
+    the minimal one above; tests of tool calling pass Qwen3-VL's real one).
+    """
     import torch
 
     ensure_torchvision()
     from transformers import (Qwen2VLImageProcessorPil, Qwen3VLConfig, Qwen3VLForConditionalGeneration,
                               Qwen3VLProcessor, Qwen3VLVideoProcessor)
 
-    tok = byte_tokenizer()
+    tok = tokenizer if tokenizer is not None else byte_tokenizer()
+    tok.chat_template = chat_template
     ids = {t: tok.convert_tokens_to_ids(t) for t in SPECIAL}
     image_proc = Qwen2VLImageProcessorPil(patch_size=16, temporal_patch_size=2, merge_size=2,
                                           min_pixels=32 * 32, max_pixels=192 * 192)
     video_proc = Qwen3VLVideoProcessor(patch_size=16, temporal_patch_size=2, merge_size=2)
     processor = Qwen3VLProcessor(image_processor=image_proc, tokenizer=tok, video_processor=video_proc,
-                                 chat_template=TEMPLATE)
+                                 chat_template=chat_template)
     cfg = Qwen3VLConfig(
         text_config=dict(vocab_size=len(tok), hidden_size=64, intermediate_size=128, num_hidden_layers=2,
                          num_attention_heads=4, num_key_value_heads=2, head_dim=16, max_position_embeddings=8192,

@@ -50,6 +50,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--threads", type=int, default=8, help="threads per worker running env calls")
     ap.add_argument("--max-sessions", type=int, default=256, help="live sessions per worker")
     ap.add_argument("--max-documents", type=int, default=16, help="documents in memory per worker")
+    ap.add_argument("--prebuilt-only", action="store_true", help="serve only documents whose graph is cached "
+                                                                 "(else a reset may build one, minutes for a long PDF)")
     ap.add_argument("--episode-timeout", type=float, default=600.0)
     ap.add_argument("--idle-timeout", type=float, default=300.0)
     ap.add_argument("--step-timeout", type=float, default=120.0)
@@ -70,6 +72,7 @@ def main(argv: list[str] | None = None) -> None:
     config = ServiceConfig(dataset=args.dataset, root=args.root, split=args.split, limit=args.limit,
                            doc_ids=tuple(d for d in args.doc_ids.split(",") if d), parser=args.parser,
                            retriever=args.retriever, vision=args.vision, max_documents=args.max_documents,
+                           prebuilt_only=args.prebuilt_only,
                            threads=args.threads, limits=limits)
 
     def announce(line: str) -> None:

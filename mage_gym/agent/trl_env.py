@@ -19,6 +19,11 @@ that ends without ``stop`` (the model wrote no more calls, or hit
 ``max_completion_length``) is stopped by ``get_reward``: the reader reads
 what was gathered, and the episode counts as truncated.
 
+With ``vision=True`` a tool result (and the reset's opening state) is TRL's
+multimodal content: the text, then the images of newly held pages and opened
+visual elements (TRL 1.16 passes them to a vision-language model with the
+tool message).
+
 Only public methods may be tools, so everything else here is private.
 """
 from __future__ import annotations
@@ -46,7 +51,8 @@ class MageToolEnv:
         messages, info = self._env.reset(options={"task": task})
         self._done, self._reward, self._info = False, 0.0, dict(info)
         self._stats = {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0, "stopped": 0.0}
-        return "\n\n" + text_of([m for m in messages if m["role"] == "user"])
+        user = [m for m in messages if m["role"] == "user"]
+        return _with_images("\n\n" + text_of(user), user)
 
     def _call(self, name: str, arguments: Mapping[str, Any]) -> str:
         if self._done:
@@ -61,7 +67,7 @@ class MageToolEnv:
         if terminated or truncated:
             self._done = True
             self._stats["stopped"] = float(name == "stop")
-        return text_of(messages)
+        return _with_images(text_of(messages), messages)
 
     def activate(self, candidates: list[int]):
         """Add candidates to the evidence by their number n; an element brings its page. Budget per round.
@@ -113,6 +119,17 @@ class MageToolEnv:
 
     def _episode_info(self) -> dict[str, Any]:
         return {**self._info, "stats": dict(self._stats)}
+
+
+def _with_images(text: str, messages: Any) -> str | list[dict[str, Any]]:
+    """``text``, or with vision TRL's multimodal content: the text, then the page images and crops of
+    ``messages`` as ``{"type": "image", "image": PIL.Image}`` blocks (TRL 1.16 feeds those to a VLM, from a
+    reset's return value and from a tool's)."""
+    images = [p["image"] for m in messages if isinstance(m.get("content"), list) for p in m["content"]
+              if p.get("type") == "image" and p.get("image") is not None]
+    if not images:
+        return text
+    return [{"type": "text", "text": text}, *({"type": "image", "image": image} for image in images)]
 
 
 def environment_factory(**chat_env_kwargs: Any) -> Callable[[], MageToolEnv]:

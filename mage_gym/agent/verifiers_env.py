@@ -187,17 +187,26 @@ def _reply_of(segment: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": ""}
 
 
+def _turn(messages: list[dict[str, Any]]) -> str | list[dict[str, Any]]:
+    """The env's new messages as verifiers' next user turn: their text, or OpenAI wire messages when they hold
+    tool results or images (``vision``: pages and crops as ``image_url`` data URIs, which verifiers passes on)."""
+    from mage_gym.agent.chat_env import text_of, to_openai_messages
+
+    wire = to_openai_messages([m for m in messages if m["role"] != "system"])
+    if any(m["role"] == "tool" or isinstance(m.get("content"), list) for m in wire):
+        return wire
+    return text_of(wire)
+
+
 class MageChatVerifiersEnv(vf.Env[MageChatEnvConfig]):
     """One episode = one chat between the model (seat ``agent``) and the MageRAG chat env."""
 
     async def run(self, task: MageChatTask, agents: Any) -> None:
-        from mage_gym.agent.chat_env import text_of
-
         env = _make_chat_env(self.taskset.config)
         messages, info = env.reset(options={"task": task.data.task})
         system = next(m["content"] for m in messages if m["role"] == "system")
         seat = vf.Task(vf.TaskData(idx=task.data.idx, id=task.data.task, prompt=None, system_prompt=system))
-        turn: Any = text_of([m for m in messages if m["role"] != "system"])
+        turn: Any = _turn(messages)
         total, done, replies = 0.0, False, []
         last: dict[str, Any] = dict(info)
         terminated = False
@@ -211,7 +220,7 @@ class MageChatVerifiersEnv(vf.Env[MageChatEnvConfig]):
                 obs, reward, terminated, truncated, last = env.step(reply)
                 total += float(reward)
                 done = terminated or truncated
-                turn = text_of(obs) if all(m["role"] != "tool" for m in obs) else obs
+                turn = _turn(obs)
             trace = interaction.trace
         if not done:  # the seat's turn limit ended the chat: the env stops (truncated), no reply is counted
             obs, reward, terminated, truncated, last = env.finish("rollout_end")

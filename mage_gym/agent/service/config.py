@@ -25,7 +25,9 @@ class ServiceConfig:
     :class:`~mage_gym.agent.chat_env.MageChatEnv` keywords (JSON values).
     ``max_documents`` / ``document_idle_s``: the document cap and idle time of
     :class:`~mage_gym.agent.service.documents.SharedDocuments`; ``threads``:
-    the pool running env calls.
+    the pool running env calls. ``prebuilt_only``: serve only documents whose
+    graph is in the cache (a reset on another fails at once with
+    ``DOCUMENT_NOT_BUILT``).
     """
 
     dataset: str = "synth"
@@ -39,6 +41,7 @@ class ServiceConfig:
     chat: dict[str, Any] = field(default_factory=dict)
     max_documents: int = 16
     document_idle_s: float = 300.0
+    prebuilt_only: bool = False
     threads: int = 8
     limits: ServiceLimits = field(default_factory=ServiceLimits)
 
@@ -87,7 +90,7 @@ class ServiceConfig:
 
         episodes = self.episodes()
         documents = SharedDocuments(episodes, parser=self.parser, max_documents=self.max_documents,
-                                    idle_s=self.document_idle_s)
+                                    idle_s=self.document_idle_s, prebuilt_only=self.prebuilt_only)
         chat = {"retriever": self.retriever, "vision": self.vision, **self.chat}
         label = self.label
 

@@ -29,7 +29,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from mage_gym.agent.service.errors import DocumentCapacity
+from mage_gym.agent.service.errors import DocumentCapacity, DocumentNotBuilt
 from mage_gym.cache import purge_dead, release_owner
 from mage_gym.data.composite import CompositeEpisode
 from mage_gym.data.episode import Episode
@@ -56,13 +56,17 @@ class _Entry:
 class SharedDocuments:
     """An episode provider (``ids``, ``get``, ``max_turns``) over documents shared by all sessions of a process.
 
-    ``load(source)`` builds or reads a graph (default: ``build_graph(source,
-    parser=parser, **graph_kwargs)``, which reads the on-disk graph cache).
+    ``load(source)`` gives a graph; by default ``build_graph(source,
+    parser=parser, **graph_kwargs)``, which reads the on-disk graph cache and
+    builds what is missing, or with ``prebuilt_only`` ``load_graph``, which
+    only reads the cache (a missing graph is
+    :class:`~mage_gym.agent.service.errors.DocumentNotBuilt`, not a build of
+    minutes inside a reset).
     """
 
     def __init__(self, episodes: Sequence[Episode | CompositeEpisode], *, parser: str = "fast",
                  graph_kwargs: Mapping[str, Any] | None = None, max_documents: int = 16, idle_s: float = 300.0,
-                 load: Callable[[str], Any] | None = None) -> None:
+                 prebuilt_only: bool = False, load: Callable[[str], Any] | None = None) -> None:
         episodes = list(episodes)
         if not episodes:
             raise ValueError("no episodes given")
@@ -77,6 +81,7 @@ class SharedDocuments:
         self.graph_kwargs = dict(graph_kwargs or {})
         self.max_documents = int(max_documents)
         self.idle_s = float(idle_s)
+        self.prebuilt_only = bool(prebuilt_only)
         self._load = load or self._build
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._loading: dict[str, threading.Event] = {}
@@ -145,9 +150,14 @@ class SharedDocuments:
     # --- loading ---------------------------------------------------------------------------------
 
     def _build(self, source: str) -> Any:
-        from mage_gym.graph import build_graph
+        from mage_gym.graph import GraphNotBuiltError, build_graph, load_graph
 
-        return build_graph(source, parser=self.parser, **self.graph_kwargs)
+        if not self.prebuilt_only:
+            return build_graph(source, parser=self.parser, **self.graph_kwargs)
+        try:
+            return load_graph(source, parser=self.parser, **self.graph_kwargs)
+        except GraphNotBuiltError as err:
+            raise DocumentNotBuilt(f"{err} (this server serves pre-built graphs only)") from None
 
     def _graph(self, source: str) -> Any:
         holder = _HOLDER.get()

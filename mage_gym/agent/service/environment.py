@@ -25,8 +25,8 @@ from typing import Any, Callable, Mapping
 from mage_gym.agent.chat_env import MageChatEnv, to_openai_messages
 from mage_gym.agent.service.documents import DocumentHolder
 from mage_gym.agent.service.errors import (
-    DocumentCapacity, EpisodeOver, EpisodeTimeout, InternalError, InvalidRequest, InvalidTask, ReaderFailed, RequestTooLarge,
-    ServiceError, SessionFailed, SessionNotFound, StepTimeout,
+    DocumentCapacity, DocumentNotBuilt, EpisodeOver, EpisodeTimeout, InternalError, InvalidRequest, InvalidTask,
+    ReaderFailed, RequestTooLarge, ServiceError, SessionFailed, SessionNotFound, StepTimeout,
 )
 from mage_gym.agent.service.models import MageChatAction, MageChatObservation, MageChatState
 from mage_gym.agent.service.openenv_import import openenv_server
@@ -223,7 +223,7 @@ class MageChatEnvironment(_Environment):
         """The typed error for an exception a call raised; the session is failed unless the env answered
         a bad request."""
         if isinstance(err, ServiceError):
-            if not isinstance(err, (InvalidTask, InvalidRequest, DocumentCapacity)):
+            if not isinstance(err, (InvalidTask, InvalidRequest, DocumentCapacity, DocumentNotBuilt)):
                 self._failed, self._playing = err.code, False
             return self._count(err)
         from mage_gym.readers.errors import ReaderError

@@ -97,6 +97,12 @@ class DocumentCapacity(ServiceError):
     code, status = "DOCUMENT_CAPACITY", 503
 
 
+class DocumentNotBuilt(ServiceError):
+    """The episode's document has no graph in the cache and this server only serves pre-built graphs."""
+
+    code, status = "DOCUMENT_NOT_BUILT", 503
+
+
 class StepTimeout(ServiceError):
     """A call ran past ``step_timeout``; the session is marked failed."""
 
@@ -117,7 +123,7 @@ class InternalError(ServiceError):
 
 ERRORS: dict[str, type[ServiceError]] = {c.code: c for c in (
     InvalidRequest, NoRoute, InvalidTask, SessionNotFound, EpisodeOver, SessionFailed, EpisodeTimeout, RequestTooLarge,
-    ReaderFailed, AtCapacity, DocumentCapacity, StepTimeout, ServerUnavailable, InternalError)}
+    ReaderFailed, AtCapacity, DocumentCapacity, DocumentNotBuilt, StepTimeout, ServerUnavailable, InternalError)}
 
 
 def error_from_message(message: str, default: type[ServiceError] = InternalError) -> ServiceError:

@@ -134,7 +134,7 @@ def serve(config: Any, host: str = "127.0.0.1", port: int = 8090, workers: int =
                           workers=int(workers))
     announce(f"MageRAG-Chat-v0 sessions on http://{host}:{sock.getsockname()[1]} ({n} episodes of "
              f"{config.label}/{config.split}; {workers} workers; OpenEnv /ws, HTTP /reset /step /state /close)")
-    Multiprocess(cfg, target=uvicorn.Server(cfg).run, sockets=[sock]).run()
+    Multiprocess(cfg, sockets=[sock]).run()
 
 
 __all__ = ["ChatEnvServer", "app_from_environ", "bind", "serve"]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import subprocess
 import sys
 import threading
@@ -138,3 +139,14 @@ def test_the_start_command_serves(tmp_path):
     finally:
         proc.kill()
         proc.wait(30)
+
+
+def test_the_docs_client_block_plays_an_episode(server):
+    """docs/LLM_TRAINING.md's OpenEnv client block, as written, with the test server's address."""
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "LLM_TRAINING.md").read_text()
+    block = next(b for b in re.findall(r"```python\n(.*?)```", doc, flags=re.S) if "MageChatClient" in b)
+    assert "http://127.0.0.1:8090" in block
+    scope: dict = {}
+    exec(compile(block.replace("http://127.0.0.1:8090", server.base_url), "LLM_TRAINING.md", "exec"), scope)  # noqa: S102
+    assert isinstance(asyncio.run(scope["play"]()), float)
+    assert call(server.base_url, "/metrics")[1]["events"]["episodes_done"] == 2  # the block's run and this one

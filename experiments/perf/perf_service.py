@@ -198,8 +198,8 @@ def free_port() -> int:
 
 def start_server(args: argparse.Namespace, workers: int, log: Path) -> tuple[subprocess.Popen, str]:
     port = free_port()
-    cmd = [sys.executable, "-m", "mage_gym.agent.server", "--dataset", DATASETS, "--split", "all",
-           "--doc-ids", ",".join(args.docs), "--parser", "fast", "--prebuilt-only", "--port", str(port),
+    cmd = [sys.executable, "-m", "mage_gym.agent.server", "--dataset", args.dataset, "--split", args.split,
+           *(["--root", args.root] if args.root else []), "--doc-ids", ",".join(args.docs), "--parser", "fast", "--prebuilt-only", "--port", str(port),
            "--workers", str(workers), "--max-sessions", "300", "--max-documents", str(len(args.docs)),
            "--threads", str(args.threads), "--idle-timeout", "600", "--episode-timeout", "1200",
            "--step-timeout", "600"]
@@ -330,8 +330,8 @@ def run_floor(args: argparse.Namespace, episodes: list[str], seed: int) -> dict[
     from mage_gym.agent.chat_env import MageChatEnv
     from mage_gym.agent.service.config import ServiceConfig
 
-    config = ServiceConfig(dataset=DATASETS, split="all", doc_ids=tuple(args.docs), prebuilt_only=True,
-                           max_documents=len(args.docs))
+    config = ServiceConfig(dataset=args.dataset, root=args.root, split=args.split, doc_ids=tuple(args.docs),
+                           prebuilt_only=True, max_documents=len(args.docs))
     documents = config.runtime().documents
     env = MageChatEnv(episodes=documents, dataset=config.label, retriever="hybrid")
     rng = random.Random(seed)
@@ -397,12 +397,15 @@ def table(rows: list[dict[str, Any]], floor: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--dataset", default=DATASETS, help="dataset(s) served, comma-separated")
+    ap.add_argument("--root", default=None, help="the dataset's root (one dataset)")
+    ap.add_argument("--split", default="all")
     ap.add_argument("--docs", nargs="+", default=list(DOCS), help="document ids served (pre-built fast graphs)")
     ap.add_argument("--levels", nargs="+", type=int, default=[1, 16, 64, 256])
     ap.add_argument("--worker-levels", nargs="*", type=int, default=[64], help="levels also run with 2 workers")
     ap.add_argument("--episodes", type=int, default=64, help="episodes per level (at least one per session)")
     ap.add_argument("--repeats", type=int, default=3, help="runs of every configuration; figures are medians")
-    ap.add_argument("--threads", type=int, default=8, help="server threads per worker running env calls")
+    ap.add_argument("--threads", type=int, default=2, help="server threads per worker running env calls")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", type=Path, default=Path("outputs/perf_service"))
     args = ap.parse_args(argv)
@@ -411,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from mage_gym.agent.service.config import ServiceConfig
 
-    served = ServiceConfig(dataset=DATASETS, split="all", doc_ids=tuple(args.docs)).episodes()
+    served = ServiceConfig(dataset=args.dataset, root=args.root, split=args.split, doc_ids=tuple(args.docs)).episodes()
     episodes = [e.episode_id for e in served]
     episodes_by_doc = {}
     for e in served:
@@ -448,7 +451,7 @@ def main(argv: list[str] | None = None) -> int:
                                         "p99_step_2_vs_1_workers": two["step"]["p99_ms"] / one["step"]["p99_ms"],
                                         "rss_warm_2_vs_1_workers": two["rss_warm_mb"] / one["rss_warm_mb"]}
     results = {
-        "kind": "perf_service", "datasets": DATASETS, "documents": args.docs, "episodes_served": len(episodes),
+        "kind": "perf_service", "datasets": args.dataset, "documents": args.docs, "episodes_served": len(episodes),
         "episodes_per_level": args.episodes, "repeats": args.repeats, "levels": levels, "floor": floor,
         "server_vs_floor": {"step_p50_ratio": (at[(args.levels[0], 1)]["step"]["p50_ms"] / floor["step"]["p50_ms"])
                             if (args.levels[0], 1) in at else None},

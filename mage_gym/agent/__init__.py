@@ -12,7 +12,8 @@ peft; ``verifiers``).
 - :class:`TaskId`, :func:`task_rows`, :func:`task_dataset` - replayable tasks;
 - :mod:`mage_gym.agent.transcripts` - chat transcripts (SFT data);
 - :mod:`mage_gym.agent.trl_env`, :mod:`mage_gym.agent.verifiers_env`,
-  :mod:`mage_gym.agent.server` - adapters.
+  :mod:`mage_gym.agent.server` - adapters (the server: an OpenEnv environment,
+  :mod:`mage_gym.agent.service`, extra ``serve``).
 """
 from __future__ import annotations
 

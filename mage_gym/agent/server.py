@@ -47,7 +47,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     ap.add_argument("--port", type=int, default=8090)
     ap.add_argument("--workers", type=int, default=1, help="uvicorn worker processes (WebSocket sessions stay in "
                                                           "theirs)")
-    ap.add_argument("--threads", type=int, default=8, help="threads per worker running env calls")
+    ap.add_argument("--threads", type=int, default=2, help="threads per worker running env calls (the env is CPU-bound "
+                                                              "Python; raise it for a reader that waits on a remote model)")
     ap.add_argument("--max-sessions", type=int, default=256, help="live sessions per worker")
     ap.add_argument("--max-documents", type=int, default=16, help="documents in memory per worker")
     ap.add_argument("--prebuilt-only", action="store_true", help="serve only documents whose graph is cached "

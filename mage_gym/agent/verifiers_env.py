@@ -16,6 +16,9 @@ every model call and records it in the trace). Here:
   reward is recorded as the trace's one reward (``mage_reward``, weight 1: the
   rubric *is* the env's reward), its components and process counts as metrics,
   and the replies in ``trace.info["mage"]`` so anyone can replay them;
+- with ``chat={"vision": true}`` each turn carries the page images and crops
+  of what the calls brought as OpenAI ``image_url`` parts (verifiers passes
+  them to the model server);
 - :class:`MageChatHarness` makes one chat completion per segment, in-process,
   through verifiers' interception endpoint (verifiers' own ``null`` harness
   does the same from a ``uv``-installed script, which needs network access).

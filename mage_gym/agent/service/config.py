@@ -42,7 +42,7 @@ class ServiceConfig:
     max_documents: int = 16
     document_idle_s: float = 300.0
     prebuilt_only: bool = False
-    threads: int = 8
+    threads: int = 2
     limits: ServiceLimits = field(default_factory=ServiceLimits)
 
     @property

@@ -45,7 +45,7 @@ class ChatEnvServer:
     """
 
     def __init__(self, make_env: Callable[[], MageChatEnv] | None = None, *, runtime: ServiceRuntime | None = None,
-                 host: str = "127.0.0.1", port: int = 0, label: str = "", threads: int = 8,
+                 host: str = "127.0.0.1", port: int = 0, label: str = "", threads: int = 2,
                  **limits: Any) -> None:
         from mage_gym.agent.service.app import build_app
 

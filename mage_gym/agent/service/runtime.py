@@ -71,7 +71,7 @@ class ServiceRuntime:
     """Per-process state of the service; ``make_env()`` builds one :class:`MageChatEnv` (sessions reuse them)."""
 
     def __init__(self, make_env: Callable[[], MageChatEnv], limits: ServiceLimits | None = None, *,
-                 documents: SharedDocuments | None = None, threads: int = 8, label: str = "") -> None:
+                 documents: SharedDocuments | None = None, threads: int = 2, label: str = "") -> None:
         if int(threads) < 1:
             raise ValueError(f"threads must be >= 1, got {threads}")
         self.make_env = make_env

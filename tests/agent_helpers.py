@@ -62,23 +62,26 @@ def chat_texts() -> list[str]:
     return texts
 
 
-def bpe_chat_tokenizer(vocab_size: int = 600):
-    """A byte-level BPE fitted on :func:`chat_texts`, with the ChatML tokens and the tool template."""
+def fitted_bpe(vocab_size: int, special: list[str]):
+    """A byte-level BPE fitted on :func:`chat_texts` with ``special`` tokens (ChatML's end and pad among them)."""
     ensure_torchvision()
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
-    from mage_gym.agent.chat_template import prepare_tokenizer
-
-    special = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
     tk = Tokenizer(models.BPE())
     tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tk.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=special,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tk.train_from_iterator(chat_texts() * 3, trainer=trainer)
-    tok = PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    return prepare_tokenizer(tok, force=True)
+    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+
+
+def bpe_chat_tokenizer(vocab_size: int = 600):
+    """:func:`fitted_bpe` with the ChatML tokens and the tool template."""
+    from mage_gym.agent.chat_template import prepare_tokenizer
+
+    return prepare_tokenizer(fitted_bpe(vocab_size, ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]), force=True)
 
 
 def build_tiny_chat_model(out: Path, teach: str | None = None, steps: int = 80) -> Path:

@@ -35,19 +35,11 @@ VISUAL = ("table", "chart", "figure", "formula")
 
 
 def vl_tokenizer(vocab_size: int = 700):
-    """A byte-level BPE fitted on the toy chat env's text, with Qwen3-VL's special tokens (short prompts)."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import PreTrainedTokenizerFast
+    """A BPE fitted on the toy chat env's text with Qwen3-VL's special tokens (prompts a few times shorter than
+    bytes)."""
+    from agent_helpers import fitted_bpe
 
-    from agent_helpers import chat_texts
-
-    tk = Tokenizer(models.BPE())
-    tk.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tk.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIAL,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tk.train_from_iterator(chat_texts() * 3, trainer=trainer)
-    return PreTrainedTokenizerFast(tokenizer_object=tk, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    return fitted_bpe(vocab_size, SPECIAL)
 
 
 def build_tiny_vl_chat_model(out: Path) -> Path:

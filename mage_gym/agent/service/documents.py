@@ -33,7 +33,7 @@ from mage_gym.agent.service.errors import DocumentCapacity, DocumentNotBuilt
 from mage_gym.cache import purge_dead, release_owner
 from mage_gym.data.composite import CompositeEpisode
 from mage_gym.data.episode import Episode
-from mage_gym.env.episodes import Gold, LoadedEpisode, max_turns
+from mage_gym.env.episodes import LazyGraphProvider
 
 _HOLDER: contextvars.ContextVar["DocumentHolder | None"] = contextvars.ContextVar("mage_document_holder",
                                                                                  default=None)
@@ -53,10 +53,12 @@ class _Entry:
     idle_since: float = 0.0
 
 
-class SharedDocuments:
-    """An episode provider (``ids``, ``get``, ``max_turns``) over documents shared by all sessions of a process.
+class SharedDocuments(LazyGraphProvider):
+    """An episode provider over documents shared by all sessions of a process.
 
-    ``load(source)`` gives a graph; by default ``build_graph(source,
+    The env's :class:`~mage_gym.env.episodes.LazyGraphProvider` (episode ids,
+    ``get``, conversations and cross-document episodes), with its graphs taken
+    from this pool. ``load(source)`` gives a graph; by default ``build_graph(source,
     parser=parser, **graph_kwargs)``, which reads the on-disk graph cache and
     builds what is missing, or with ``prebuilt_only`` ``load_graph``, which
     only reads the cache (a missing graph is
@@ -68,17 +70,10 @@ class SharedDocuments:
                  graph_kwargs: Mapping[str, Any] | None = None, max_documents: int = 16, idle_s: float = 300.0,
                  prebuilt_only: bool = False, load: Callable[[str], Any] | None = None) -> None:
         episodes = list(episodes)
-        if not episodes:
-            raise ValueError("no episodes given")
         need = max((len(e.documents) for e in episodes if isinstance(e, CompositeEpisode)), default=1)
         if int(max_documents) < need:
             raise ValueError(f"max_documents={max_documents} is less than the {need} documents one episode reads")
-        self._episodes = {e.episode_id: e for e in episodes}
-        if len(self._episodes) != len(episodes):
-            raise ValueError("duplicate episode ids")
-        self.max_turns = max_turns(episodes)
-        self.parser = parser
-        self.graph_kwargs = dict(graph_kwargs or {})
+        super().__init__(episodes, parser=parser, max_graphs=1, graph_kwargs=graph_kwargs)
         self.max_documents = int(max_documents)
         self.idle_s = float(idle_s)
         self.prebuilt_only = bool(prebuilt_only)
@@ -86,24 +81,10 @@ class SharedDocuments:
         self._entries: OrderedDict[str, _Entry] = OrderedDict()  # least recently used first
         self._loading: dict[str, threading.Event] = {}
         self._lock = threading.Lock()
-        self._gold: dict[str, Gold] = {}
         self.loads = self.evictions = self.refusals = 0
 
-    # --- the provider protocol -------------------------------------------------------------------
-
-    @property
-    def ids(self) -> list[str]:
-        return list(self._episodes)
-
-    def get(self, episode_id: str) -> LoadedEpisode:
-        try:
-            ep = self._episodes[episode_id]
-        except KeyError:
-            raise KeyError(f"unknown episode_id {episode_id!r}") from None
-        if isinstance(ep, CompositeEpisode):
-            graphs = [self._graph(str(s)) for s in ep.sources]
-            return LoadedEpisode.of_composite(ep, graphs, cache=self._gold)
-        return LoadedEpisode.of(ep, self._graph(str(ep.source)), cache=self._gold)
+    def _graph_for(self, source: Any) -> Any:
+        return self._graph(str(source))
 
     # --- holding ---------------------------------------------------------------------------------
 

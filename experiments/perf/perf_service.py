@@ -17,7 +17,8 @@ the loops end by themselves.
 
 Figures per level: p50 / p99 latency of reset and step as the client sees them
 (send to reply), episodes per second, the server's peak RSS (summed over its
-processes) and that peak minus the RSS after warm-up, per session; the
+processes) and that peak minus the RSS after warm-up, per session (at one
+session that is whatever the first episodes allocate: read it at 16 and up); the
 server's CPU seconds per call (reset or step); errors (any exception a client
 saw: must be 0). The floor plays the same controller on the same documents in
 this process with no server: reset and step latency, episodes per second, CPU
@@ -285,16 +286,33 @@ async def warm_up(base: str, episodes_by_doc: dict[str, str]) -> None:
             await env.step(MageChatAction(message=call("stop")))
 
 
+def warm_every_worker(base: str, workers: int, episodes_by_doc: dict[str, str], rounds: int = 20) -> None:
+    """Warm-ups until every worker has loaded every document: the kernel hands each connection to some worker,
+    so warm in rounds of concurrent connections and ask ``/metrics`` (which also lands on some worker) who is
+    warm."""
+    import urllib.request
+
+    opener = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+    warm: dict[int, int] = {}
+    for _ in range(rounds):
+        async def warm_round() -> None:
+            await asyncio.gather(*(warm_up(base, episodes_by_doc) for _ in range(2 * workers if workers > 1 else 1)))
+
+        asyncio.run(warm_round())
+        for _ in range(10 * workers):
+            with opener.open(base + "/metrics", timeout=60) as r:
+                m = json.loads(r.read())
+            warm[m["worker"]] = m["documents"]["documents"]
+        if len(warm) >= workers and all(n >= len(episodes_by_doc) for n in warm.values()):
+            return
+    raise RuntimeError(f"workers not warm after {rounds} rounds: {warm}")
+
+
 def run_level(args: argparse.Namespace, n: int, workers: int, seed: int, episodes: list[str],
               episodes_by_doc: dict[str, str], log: Path) -> dict[str, Any]:
     proc, base = start_server(args, workers, log)
     try:
-        asyncio.run(warm_up(base, episodes_by_doc))
-        if workers > 1:  # each worker loads what its sessions need: warm every worker (connections spread)
-            async def warm_all() -> None:
-                await asyncio.gather(*(warm_up(base, episodes_by_doc) for _ in range(2 * workers)))
-
-            asyncio.run(warm_all())
+        warm_every_worker(base, workers, episodes_by_doc)
         time.sleep(1.0)
         rss0, cpu0 = rss_and_cpu(proc.pid)
         per_session = max(1, -(-args.episodes // n))

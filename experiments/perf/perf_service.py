@@ -4,8 +4,8 @@ in-process env as the floor.
 What runs: ``python -m mage_gym.agent.server`` (a subprocess, pre-built graphs
 only) serves real dev documents of mixed sizes, MMLongBench papers and reports
 of 9 to 28 pages and FinanceBench filings of 9 to 503 pages. For each level of
-N sessions a fresh server is started and warmed (one episode per document, so
-graphs and the query encoder are loaded), then N clients (OpenEnv's
+N sessions a fresh server is started and warmed (every episode once, so
+graphs, indexes and question vectors are in memory, as for the floor), then N clients (OpenEnv's
 ``EnvClient`` over ``/ws``, :class:`~mage_gym.agent.service.client.MageChatClient`,
 all on one asyncio loop in this process) play full episodes at once, with no
 pause between calls: each reply is written by a scripted random controller
@@ -276,17 +276,19 @@ async def session(base: str, episodes: list[str], n_episodes: int, seed: int, re
         rec.errors[type(err).__name__] = rec.errors.get(type(err).__name__, 0) + 1
 
 
-async def warm_up(base: str, episodes_by_doc: dict[str, str]) -> None:
+async def warm_up(base: str, episodes: list[str]) -> None:
+    """Every episode once (reset, stop): documents loaded, indexes built, questions encoded, as the floor's
+    warm-up does in-process (else the server pays the query encoder inside the measured run)."""
     from mage_gym.agent.service.client import MageChatClient
     from mage_gym.agent.service.models import MageChatAction
 
     async with MageChatClient(base_url=base, connect_timeout_s=300, message_timeout_s=900) as env:
-        for episode_id in episodes_by_doc.values():
+        for episode_id in dict.fromkeys(episodes):
             await env.reset(episode_id=episode_id, seed=0)
             await env.step(MageChatAction(message=call("stop")))
 
 
-def warm_every_worker(base: str, workers: int, episodes_by_doc: dict[str, str], rounds: int = 20) -> None:
+def warm_every_worker(base: str, workers: int, episodes: list[str], n_docs: int, rounds: int = 20) -> None:
     """Warm-ups until every worker has loaded every document: the kernel hands each connection to some worker,
     so warm in rounds of concurrent connections and ask ``/metrics`` (which also lands on some worker) who is
     warm."""
@@ -296,14 +298,14 @@ def warm_every_worker(base: str, workers: int, episodes_by_doc: dict[str, str], 
     warm: dict[int, int] = {}
     for _ in range(rounds):
         async def warm_round() -> None:
-            await asyncio.gather(*(warm_up(base, episodes_by_doc) for _ in range(2 * workers if workers > 1 else 1)))
+            await asyncio.gather(*(warm_up(base, episodes) for _ in range(2 * workers if workers > 1 else 1)))
 
         asyncio.run(warm_round())
         for _ in range(10 * workers):
             with opener.open(base + "/metrics", timeout=60) as r:
                 m = json.loads(r.read())
             warm[m["worker"]] = m["documents"]["documents"]
-        if len(warm) >= workers and all(n >= len(episodes_by_doc) for n in warm.values()):
+        if len(warm) >= workers and all(n >= n_docs for n in warm.values()):
             return
     raise RuntimeError(f"workers not warm after {rounds} rounds: {warm}")
 
@@ -312,7 +314,7 @@ def run_level(args: argparse.Namespace, n: int, workers: int, seed: int, episode
               episodes_by_doc: dict[str, str], log: Path) -> dict[str, Any]:
     proc, base = start_server(args, workers, log)
     try:
-        warm_every_worker(base, workers, episodes_by_doc)
+        warm_every_worker(base, workers, episodes, len(episodes_by_doc))
         time.sleep(1.0)
         rss0, cpu0 = rss_and_cpu(proc.pid)
         per_session = max(1, -(-args.episodes // n))

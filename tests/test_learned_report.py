@@ -181,3 +181,15 @@ def test_arms_are_also_reported_at_the_operating_budget_and_by_cost_at_equal_evi
     assert ratios[0] == pytest.approx(5000.0 / 3000.0) and ratios[1] is None
     assert arm["metrics"]["cost_ratio_recall_at_equal_evidence"]["mean"] is None  # one seed beyond the curve
     assert arm["per_seed"]["delta_recall_at_equal_tokens"] == pytest.approx([0.7 - 0.3, 0.9 - 0.7])
+
+
+def test_the_command_writes_the_report_and_its_frontier_figure(tmp_path: Path, capsys) -> None:
+    qs = [f"q{i}" for i in range(30)]
+    runs = [_run(tmp_path, f"s{s}", [_row("ppo", q, 0.7 + 0.05 * s, 3000.0) for q in qs], checkpoint=f"s{s}")
+            for s in (0, 1)]
+    assert main(["--arm", f"arm={runs[0]},{runs[1]}", "--out", str(tmp_path / "o"), "--n-boot", "50"]) == 0
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert {r["policy"] for r in res["runs"]} == {"topk_page", "arm"}
+    png = (tmp_path / "o" / "frontier.png").read_bytes()
+    assert png[:4] == b"\x89PNG" and len(png) > 10_000
+    assert "d_recall@budget=+0.025" in capsys.readouterr().out  # mean of 0.0 and +0.05 at topk_page's k=5

@@ -16,7 +16,9 @@ the rows are also split by hop count (``bridge``: two-hop questions;
 ``single_hop``: the rest), read from the dataset's episodes file, which no
 policy sees.
 
-Run (from the repo root), after one benchmark per seed and arm on the same test episodes::
+Writes ``results.json`` and ``frontier.png`` (:mod:`mage_gym.bench.frontier`: every row's
+page recall and tokens against topk_page's curve). Run (from the repo root), after one
+benchmark per seed and arm on the same test episodes::
 
     .venv/bin/python -m experiments.analysis.learned_report --out outputs/report/mmlongbench \\
         --arm imitation=<run s0>,<run s1>,<run s2> --arm imitation+ppo=<run s0>,<run s1>,<run s2>
@@ -232,6 +234,19 @@ def report(arms: Sequence[tuple[str, Sequence[Path]]], hops: Mapping[str, int] |
                if hops else {})}
 
 
+def plot_report_frontier(arms: Sequence[tuple[str, Sequence[Path]]], res: Mapping[str, Any], path: Path) -> Path:
+    """The report's recall-token frontier (``frontier.png``): each row of the ``all`` subset (arms as their mean
+    over seeds) against topk_page's curve of the first seed that played it, in every mode compared."""
+    from mage_gym.bench.frontier import frontier_title, plot_frontier
+
+    rows = [r for r in res["runs"] if r.get("subset", "all") == "all"]
+    first = SeedRun.load(Path(arms[0][1][0]))
+    budgets = list(dict.fromkeys(budget_key(r["budget"]) for r in rows))
+    modes = {baseline_mode(r["render_mode"]) for r in rows if r.get("render_mode") not in (None, "mixed")}
+    curves = {mode: first.curve(budgets[0], mode) for mode in sorted(modes or {"visual"})}
+    return plot_frontier(rows, curves, path, frontier_title(rows), operating_k=int(json.loads(budgets[0])["k"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arm", action="append", required=True, metavar="LABEL=DIR[,DIR...]",
@@ -248,6 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(err))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(res, indent=1))
+    plot_report_frontier(arms, res, args.out / "frontier.png")
     for r in res["runs"]:
         m = r["metrics"]
         cells = {name: m.get(key) or {} for name, key in (("budget", "delta_recall_at_operating_budget"),

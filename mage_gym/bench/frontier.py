@@ -27,14 +27,15 @@ PANELS: tuple[tuple[str, str], ...] = (("evidence_page_recall", "evidence page r
 
 
 def curve_points(curve: Mapping[int, Mapping[str, Mapping[str, Any]]], metric: str) -> list[tuple[int, float, float]]:
-    """``(k, mean tokens, mean metric)`` per k of topk_page's curve, over the questions where ``metric`` applies."""
-    out = []
+    """``(k, mean tokens, mean metric)`` per k of topk_page's curve, over the questions where ``metric`` applies,
+    from the k = 0 floor (nothing read: no gold, no tokens) that the comparisons use too."""
+    out = [(0, 0.0, 0.0)] if curve else []
     for k in sorted(curve):
         rows = [r for r in curve[k].values() if row_values(r, metric) is not None]
-        if rows:
+        if rows and k > 0:
             out.append((k, float(np.mean([row_values(r, "tokens_rendered") or 0.0 for r in rows])),
                         float(np.mean([row_values(r, metric) for r in rows]))))
-    return out
+    return out if len(out) > 1 else []
 
 
 def policy_points(runs: Sequence[Mapping[str, Any]], metric: str) -> dict[tuple[str, bool], list[tuple[float, float,
@@ -77,8 +78,8 @@ def plot_frontier(runs: Sequence[Mapping[str, Any]], curves: Mapping[str, Mappin
             at = next((t for k, t, _ in pts if k == operating_k), None)
             if at is not None:
                 ax.axvline(at, ls="--", lw=1, color="0.5")
-                ax.annotate(f"operating budget ({BASELINE} k={operating_k}, {mode})", (at, 0.02), fontsize=7,
-                            rotation=90, xycoords=("data", "axes fraction"), xytext=(3, 0),
+                ax.annotate(f"operating budget ({BASELINE} k={operating_k}, {mode})", (at, 0.98), fontsize=7,
+                            rotation=90, va="top", xycoords=("data", "axes fraction"), xytext=(3, 0),
                             textcoords="offset points")
         for (policy, privileged), pts in policy_points(runs, metric).items():
             style = "*" if privileged else "s-"
@@ -91,7 +92,7 @@ def plot_frontier(runs: Sequence[Mapping[str, Any]], curves: Mapping[str, Mappin
         ax.set_ylabel(name)
         ax.set_title(name, fontsize=10)
         ax.grid(alpha=0.3)
-        ax.legend(fontsize=7, loc="lower right")
+        ax.legend(fontsize=7, loc="lower right", framealpha=0.9)
     fig.suptitle(title or "Recall-token frontier against top-k pages (* privileged)", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)

@@ -179,3 +179,23 @@ def test_seed_aggregates_carry_the_operating_budget_and_the_cost_ratio(tmp_path)
     assert m["delta_recall_at_operating_budget"] == pytest.approx(0.05)
     assert m["delta_recall_at_operating_budget_per_seed"] == [0.0, 0.1]
     assert m["cost_ratio_recall_at_equal_evidence"] is None  # a seed beyond the curve: no mean ratio
+
+
+def test_the_frontier_draws_each_policy_across_its_budgets_against_the_floored_curve(tmp_path) -> None:
+    from mage_gym.bench.frontier import curve_points, plot_frontier, policy_points
+
+    curve = {k: {q: _row("topk_page", q, 0.2 * k, 1000.0 * k) for q in ("a", "b")} for k in (1, 2, 3)}
+    curve[2]["c"] = _row("topk_page", "c", None, 500.0)  # no gold: left out of the recall means
+    assert curve_points(curve, "evidence_page_recall") == [(0, 0.0, 0.0), (1, 1000.0, 0.2), (2, 2000.0, 0.4),
+                                                           (3, 3000.0, pytest.approx(0.6))]
+    assert curve_points({}, "evidence_page_recall") == []
+    runs = [{"policy": p, "budget": {**dict(k=k, m=4, M=24, T=6, B=16)}, "privileged": p == "oracle",
+             "metrics": {"tokens_rendered": t, "evidence_page_recall": r, "item_support": None}}
+            for p, k, t, r in (("heuristic", 5, 4000.0, 0.7), ("heuristic", 2, 1500.0, 0.5), ("topk_page", 5, 1, 1),
+                               ("oracle", 5, 3000.0, 0.9))]
+    pts = policy_points(runs, "evidence_page_recall")
+    assert list(pts) == [("heuristic", False), ("oracle", True)]
+    assert [p[:2] for p in pts[("heuristic", False)]] == [(1500.0, 0.5), (4000.0, 0.7)]  # in order of cost
+    assert policy_points(runs, "item_support") == {}
+    png = plot_frontier(runs, {"visual": curve}, tmp_path / "f.png", operating_k=2).read_bytes()
+    assert png[:4] == b"\x89PNG"

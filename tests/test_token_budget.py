@@ -323,3 +323,73 @@ def test_every_node_share_matches_a_render_of_that_node_alone() -> None:
                 chars = meter.costs.frame + meter.costs.share(int(gi.node_page[v]))[0] + meter.costs.share(v, opened)[0]
                 assert len(out.xml) == chars
                 assert out.image_tokens == meter.costs.share(int(gi.node_page[v]))[1] + meter.costs.share(v, opened)[1]
+
+
+# --- configuration and a real (tiny synthetic) corpus ---------------------------------------------------------
+
+CONF = __import__("pathlib").Path(__file__).resolve().parents[1] / "conf"
+
+
+def compose(name: str, *overrides: str) -> dict:
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from mage_gym.bench.config import plain
+
+    with initialize_config_dir(config_dir=str(CONF), version_base=None):
+        return plain(hydra_compose(config_name=name, overrides=list(overrides)))
+
+
+@pytest.mark.parametrize("entry", ["benchmark", "train", "main", "headroom", "tune_heuristic", "export_transcripts",
+                                   "train_llm", "paper"])
+def test_every_entry_point_takes_env_budget_tokens(entry) -> None:
+    from mage_gym.env import EnvConfig
+
+    off = compose(entry)["env"]["budget"]
+    assert off["tokens"] is None and R.budget_dict(off) == Budget().to_dict() | {k: off[k] for k in "kmMTB"}
+    on = compose(entry, "env.budget.tokens=5355")["env"]["budget"]
+    assert R.budget_dict(on)["tokens"] == 5355 and EnvConfig(budget=on).budget.tokens == 5355
+
+
+def test_benchmark_budgets_carry_a_token_budget() -> None:
+    from mage_gym.bench.benchmark import budgets_of
+
+    cfg = compose("benchmark", "budgets=[{k: 2}, {k: 5, tokens: 5355}]")
+    assert [R.budget_label(b) for b in budgets_of(cfg)] == ["k2 m4 M24 T6 B16", "k5 m4 M24 T6 B16 tok5355"]
+
+
+@pytest.fixture(scope="module")
+def synth_episodes(tmp_path_factory):
+    from mage_gym.data.synth.config import SynthConfig
+    from mage_gym.data.synth.corpus import generate_corpus, load_synth
+
+    root = tmp_path_factory.mktemp("synth_tokens")
+    generate_corpus(root, n_docs=1, seed=0, cfg=SynthConfig(min_pages=8, max_pages=8, questions_per_doc=4),
+                    workers=1, progress=False)
+    return load_synth(root)
+
+
+@pytest.mark.slow
+def test_topk_page_at_k5_under_topk_page_k2s_mean_tokens_reads_no_more(synth_episodes, tmp_path) -> None:
+    """The budget-on example: k=5 entry pages under k=2's mean reader tokens is capped at that mean."""
+    import json
+
+    from mage_gym.bench.benchmark import benchmark
+    from policies import REGISTRY
+
+    base = ["retriever=bm25", "logger=none", "env.parser=fast", "equal_cost.enabled=false", "traces=false",
+            "policies=[topk_page]", "graph_workers=1"]
+    k2 = benchmark(compose("benchmark", *base, "budgets=[{k: 2}, {k: 5}]"), tmp_path / "k2", episodes=synth_episodes,
+                   registry=REGISTRY)
+    runs = json.loads((tmp_path / "k2" / "results.json").read_text())["runs"]
+    mean2, mean5 = (r["metrics"]["tokens_rendered"] for r in runs)
+    cap = int(mean2)
+    assert k2 and mean2 < mean5
+    benchmark(compose("benchmark", *base, f"budgets=[{{k: 5, tokens: {cap}}}]"), tmp_path / "cap",
+              episodes=synth_episodes, registry=REGISTRY)
+    (run,) = json.loads((tmp_path / "cap" / "results.json").read_text())["runs"]
+    assert run["budget"]["tokens"] == cap
+    rows = [json.loads(x) for x in (tmp_path / "cap" / "episodes.jsonl").read_text().splitlines()]
+    assert len(rows) == len(synth_episodes) and all(r["metrics"]["tokens_rendered"] <= cap for r in rows)
+    assert run["metrics"]["tokens_rendered"] <= cap < mean5
+    assert "tok" + str(cap) in (tmp_path / "cap" / "results.md").read_text()

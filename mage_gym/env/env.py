@@ -175,7 +175,11 @@ class MageRAGEnv(gym.Env):
     ``budget`` [4], ``progress`` [2] and ``question`` [384]. With
     ``observation_keys`` including ``"text"``, also ``text``: the escaped XML
     text view (a :class:`~mage_gym.env.observation.UnicodeText`). No gold is in
-    any of them.
+    any of them. A reader-token budget (``budget.tokens``) leaves the spaces and
+    values unchanged (shipped checkpoints keep loading): learned policies see it
+    only through the mask, LLM policies in the text view's ``tokens_left``, and
+    every step's ``info["token_budget"]`` holds ``limit``, ``used`` and ``left``
+    (and ``skipped``: what a reset, turn start or search left out for it).
 
     ## Rewards
 
@@ -226,7 +230,7 @@ class MageRAGEnv(gym.Env):
       its fields (e.g. a Hydra ``env`` node); None: the defaults;
     - ``settings``: :class:`EnvConfig` fields overriding ``config``: ``K``
       (slots, default 64), ``budget`` (a :class:`Budget` or mapping; default
-      5/4/24/6/16), ``render_mode`` (``visual`` or ``text``; a reader that
+      5/4/24/6/16, no token budget), ``render_mode`` (``visual`` or ``text``; a reader that
       takes no images always gets ``text``), ``reward`` (a
       :class:`~mage_gym.reward.RewardConfig` or mapping), ``render_config``,
       ``final_open_pass``, ``observation_keys``, ``conversation_cap``,

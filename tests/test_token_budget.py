@@ -151,6 +151,49 @@ def test_opening_is_refused_past_the_budget_and_a_prune_frees_room() -> None:
     assert info["token_budget"]["used"] == wide.render().tokens <= opened
 
 
+def test_activating_an_element_counts_the_page_it_activates_too() -> None:
+    probe = env_with("text", K=64, k=1, tokens=10 ** 6)
+    probe.reset(seed=0, options={"episode_id": "elem"})
+    gi, meter, st_ = probe.gi, probe.state.tokens, probe.state.node_state
+    first = int(gi.page_lo[probe.state.working[0]])  # its links put an element of another page on the frontier
+    probe.operate("ActivateNode", first)
+    slots = probe.slots.tolist()
+    slot = next(i for i, v in enumerate(slots) if v >= gi.n_pages and st_[gi.node_page[v]] == UNVISITED)
+    el, page = slots[slot], int(gi.node_page[slots[slot]])
+    alone, with_page = meter.after(*meter.costs.share(el)), meter.after_activate(el, page, True)
+    assert alone < with_page
+    for limit, ok in ((with_page - 1, False), (with_page, True)):
+        env = env_with("text", K=64, k=1, tokens=limit)
+        env.reset(seed=0, options={"episode_id": "elem"})
+        env.operate("ActivateNode", first)
+        assert env.slots.tolist() == slots
+        assert bool(env.action_masks()[ActionLayout(64).encode(Op.ACTIVATE_NODE, slot)]) == ok
+        _, _, _, _, info = env.operate("ActivateNode", el)
+        assert (info["last_action_error"] == "") == ok
+        assert (env.state.node_state[[el, page]] == ACTIVATED).all() == ok
+        assert info["token_budget"]["used"] == env.render().tokens <= limit
+
+
+def test_an_entry_page_that_does_not_fit_is_skipped_and_the_next_ones_still_tried() -> None:
+    """Entry pages are tried in retrieval order, each on its own: a long page left out lets a shorter one in."""
+    from mage_gym.env.graph_index import graph_index
+    from mage_gym.env.initial import activate_entry_pages
+    from mage_gym.env.state import EvidenceState
+    from mage_gym.env.token_budget import TokenMeter
+    from mage_gym.render import RenderConfig
+    from mage_gym.testing import graph_from_texts
+
+    g = graph_from_texts([["revenue growth " * 60], ["revenue"], ["growth " * 30]], doc_id="sizes")
+    gi = graph_index(g)
+    meter = TokenMeter.start(gi, 10 ** 6, "text", RenderConfig(), "what grew?")
+    limit = meter.after(*meter.costs.share(1))  # the short page alone
+    meter.limit = limit
+    state = EvidenceState.new(gi, Budget(k=3, tokens=limit), np.arange(gi.n_nodes))
+    state.tokens = meter
+    assert activate_entry_pages(state, [0, 1, 2]) == [0, 2]
+    assert state.working == [1] and meter.used == limit and state.counters.free_acts == 1
+
+
 def test_search_activates_the_pages_that_fit_best_first_and_reports_the_others() -> None:
     per_page = full_tokens("visual", k=1) - full_tokens("visual", k=0)
     limit = full_tokens("visual", k=1) + per_page + per_page // 2  # one more page fits, not two

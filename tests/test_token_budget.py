@@ -8,6 +8,8 @@ accepts exactly what the transition accepts.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -268,6 +270,18 @@ def test_text_view_and_the_chat_show_tokens_left_and_refuse_past_the_budget() ->
     assert "refused: would render" in reply[-1]["content"] and info["invalid_calls"] == 1
 
 
+def test_traces_record_the_tokens_left_after_each_step_only_under_a_budget() -> None:
+    for budget, key in (({"k": 2}, False), ({"k": 2, "tokens": 10 ** 6}, True)):
+        env, trace = env_with("text", **budget), TraceRecorder()
+        env.add_observer(trace)
+        env.reset(seed=0, options={"episode_id": "elem"})
+        env.operate("SearchEvidence", query="revenue")
+        steps = [r for r in trace.records if r.get("kind") == "step"]
+        assert steps and all(("tokens" in r["budget_left"]) == key for r in steps)
+        if key:
+            assert steps[-1]["budget_left"]["tokens"] == 10 ** 6 - env.render().tokens
+
+
 def test_the_numeric_observation_is_the_same_with_and_without_the_budget() -> None:
     on, off = env_with("visual", k=2, tokens=10 ** 6), env_with("visual", k=2)
     a, _ = on.reset(seed=0, options={"episode_id": "elem"})
@@ -370,7 +384,7 @@ def test_every_node_share_matches_a_render_of_that_node_alone() -> None:
 
 # --- configuration and a real (tiny synthetic) corpus ---------------------------------------------------------
 
-CONF = __import__("pathlib").Path(__file__).resolve().parents[1] / "conf"
+CONF = Path(__file__).resolve().parents[1] / "conf"
 
 
 def compose(name: str, *overrides: str) -> dict:
@@ -403,13 +417,10 @@ def test_benchmark_budgets_carry_a_token_budget() -> None:
 
 @pytest.fixture(scope="module")
 def synth_episodes(tmp_path_factory):
-    from mage_gym.data.synth.config import SynthConfig
-    from mage_gym.data.synth.corpus import generate_corpus, load_synth
+    from agent_helpers import one_document_corpus
+    from mage_gym.data.synth.corpus import load_synth
 
-    root = tmp_path_factory.mktemp("synth_tokens")
-    generate_corpus(root, n_docs=1, seed=0, cfg=SynthConfig(min_pages=8, max_pages=8, questions_per_doc=4),
-                    workers=1, progress=False)
-    return load_synth(root)
+    return load_synth(one_document_corpus(tmp_path_factory.mktemp("synth_tokens"), pages=8, questions=4))
 
 
 @pytest.mark.slow

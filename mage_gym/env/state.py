@@ -233,8 +233,12 @@ class EvidenceState:
         return self.round_left > 0 and self.acts_left > 0
 
     def budget_left(self) -> dict[str, int]:
-        return {"round_activations": self.round_left, "activations": self.acts_left,
+        """What is left of each budget (traces record it per step); ``tokens`` only under a token budget."""
+        left = {"round_activations": self.round_left, "activations": self.acts_left,
                 "opens": self.opens_left, "rounds": self.rounds_left, "steps": self.steps_left}
+        if self.tokens is not None:
+            left["tokens"] = self.tokens.left
+        return left
 
     # --- state updates (no validity checks here: see actions.py) -----------------
 

@@ -407,19 +407,19 @@ def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -
 
 
 def _mask_tokens(state: EvidenceState, nodes: np.ndarray, blocks: np.ndarray) -> None:
-    """Clear the activations and opens the token budget refuses (the vectorised twin of :func:`_token_error`'s
-    uses in :func:`check_operation`), looking only at the slots the other rules left open."""
-    meter, gi, st = state.tokens, state.gi, state.node_state
-    for op in (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE, Op.OPEN_NODE):
-        row = blocks[_ROWS[op]]
-        on = np.flatnonzero(row[: len(nodes)])
-        if not len(on):
-            continue
-        v = nodes[on]
-        pages = gi.node_page[v]
-        if op == Op.OPEN_NODE:
-            row[on] = meter.fit_open(v)
-        elif op == Op.ACTIVATE_PAGE:
-            row[on] = meter.fit_activate(pages, pages, np.ones(len(v), dtype=bool))
-        else:
-            row[on] = meter.fit_activate(v, pages, st[pages] == UNVISITED)
+    """Clear the activations and opens the token budget refuses: the vectorised twin of :func:`_token_error`'s
+    uses in :func:`check_operation`, for the slots the other rules left open (one gather for the three rows)."""
+    n = len(nodes)
+    rows = [blocks[r, :n] for r in _TOKEN_ROWS]  # views: ActivatePage, ActivateNode, OpenNode
+    on = np.flatnonzero(rows[0] | rows[1] | rows[2])
+    if not len(on):
+        return
+    v = nodes[on]
+    pages = state.gi.node_page[v]
+    fits = state.tokens.fit_slots(v, pages, state.node_state[pages] == UNVISITED)
+    for row, fit in zip(rows, fits):
+        row[on] &= fit
+
+
+#: the mask rows the token budget can clear, in :meth:`TokenMeter.fit_slots` order
+_TOKEN_ROWS = (_ROWS[Op.ACTIVATE_PAGE], _ROWS[Op.ACTIVATE_NODE], _ROWS[Op.OPEN_NODE])

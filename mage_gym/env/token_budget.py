@@ -87,10 +87,24 @@ class RenderCosts:
     def shares(self, nodes: np.ndarray, opened: bool = False) -> tuple[np.ndarray, np.ndarray]:
         """The same for an array of nodes: int64 arrays (chars, image tokens)."""
         col = int(opened)
-        missing = nodes[self.chars[nodes, col] < 0]
-        for v in np.unique(missing).tolist():
-            self.share(v, opened)
-        return self.chars[nodes, col], self.images[nodes, col]
+        chars = self.chars[nodes, col]
+        missing = nodes[chars < 0]
+        if len(missing):  # (most steps: none; the mask asks for the same few slots again and again)
+            for v in np.unique(missing).tolist():
+                self.share(v, opened)
+            chars = self.chars[nodes, col]
+        return chars, self.images[nodes, col]
+
+    def gather(self, nodes: np.ndarray, pages: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """``(chars [n, 2], images [n, 2], page chars [n], page images [n])``: each node's shares (ACTIVATED,
+        OPENED) and its page's, computed first where missing (the mask's one gather for its three rules)."""
+        chars, pc = self.chars[nodes], self.chars[pages, 0]
+        if (chars < 0).any() or (pc < 0).any():
+            for v in np.unique(np.concatenate((nodes, pages))).tolist():
+                self.share(v)
+                self.share(v, True)
+            chars, pc = self.chars[nodes], self.chars[pages, 0]
+        return chars, self.images[nodes], pc, self.images[pages, 0]
 
 
 class TokenMeter:
@@ -161,25 +175,19 @@ class TokenMeter:
         oc, oi = self.costs.share(v, True)
         return self.after(oc - ac, oi - ai)
 
-    def fit_activate(self, nodes: np.ndarray, pages: np.ndarray, page_unvisited: np.ndarray) -> np.ndarray:
-        """bool per node: :meth:`after_activate` within the limit (``pages``: each node's page)."""
-        chars, images = self.costs.shares(nodes)  # (fancy indexing: fresh arrays, safe to add to)
-        add = page_unvisited & (nodes != pages)
-        if add.any():
-            pc, pi = self.costs.shares(pages[add])
-            chars[add] += pc
-            images[add] += pi
-        return self._fits(chars, images)
-
-    def fit_open(self, nodes: np.ndarray) -> np.ndarray:
-        """bool per ACTIVATED element: :meth:`after_open` within the limit."""
-        ac, ai = self.costs.shares(nodes)
-        oc, oi = self.costs.shares(nodes, True)
-        return self._fits(oc - ac, oi - ai)
-
-    def _fits(self, chars: np.ndarray, images: np.ndarray) -> np.ndarray:
-        after = -(-(self.xml_chars + chars) // 4) + self.question_tokens + self.image_tokens + images
-        return after <= self.limit
+    def fit_slots(self, nodes: np.ndarray, pages: np.ndarray, page_unvisited: np.ndarray) -> np.ndarray:
+        """bool [3, n]: for each node (``pages``: its page), whether ActivatePage (its page), ActivateNode (it, and
+        its page when ``page_unvisited``) and OpenNode would stay within the limit: :meth:`after_activate` and
+        :meth:`after_open` for many nodes at once (the action mask)."""
+        chars, images, pc, pi = self.costs.gather(nodes, pages)
+        with_page = page_unvisited & (nodes != pages)
+        room = self.limit - self.question_tokens - self.image_tokens  # what the XML and new images may take
+        x = self.xml_chars
+        out = np.empty((3, len(nodes)), dtype=bool)
+        out[0] = -(-(x + pc) // 4) + pi <= room
+        out[1] = -(-(x + chars[:, 0] + pc * with_page) // 4) + images[:, 0] + pi * with_page <= room
+        out[2] = -(-(x + chars[:, 1] - chars[:, 0]) // 4) + images[:, 1] - images[:, 0] <= room
+        return out
 
     def refusal(self, after: int) -> str:
         """The error of an operation refused by the budget (it names what it would render and the budget)."""

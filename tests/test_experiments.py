@@ -213,6 +213,22 @@ def test_a_fixed_operating_k_judges_every_run_against_topk_page_at_that_k(pairs,
     assert op["budget_cost"] == pytest.approx(np.mean([m["tokens_rendered"] for m in two]))
 
 
+def test_a_token_capped_topk_page_is_a_policy_judged_on_the_uncapped_curve(pairs, tmp_path) -> None:
+    cfg = toy_cfg(policies=["topk_page"], budgets=[{"k": 2}])
+    probe = tmp_path / "probe"
+    benchmark(cfg, probe, episodes=pairs, registry=REGISTRY)
+    one_page = json.loads((probe / "results.json").read_text())["runs"][0]["metrics"]["tokens_rendered"] / 2
+    cfg["env"]["budget"] = {**BUDGET, "tokens": int(one_page * 1.2)}  # room for about one page, not two
+    benchmark(cfg, tmp_path / "capped", episodes=pairs, registry=REGISTRY)
+    run = check_results(tmp_path / "capped" / "results.json", 1)["runs"][0]
+    assert run["budget"]["tokens"] == int(one_page * 1.2) and "equal_cost" in run  # compared, as any policy
+    curve = [json.loads(x) for x in (tmp_path / "capped" / "topk_curve.jsonl").read_text().splitlines()]
+    assert {r["budget"]["k"] for r in curve} >= {1, 2} and all("tokens" not in r["budget"] for r in curve)
+    two = [r["metrics"]["tokens_rendered"] for r in curve if r["budget"]["k"] == 2]
+    assert max(two) > int(one_page * 1.2)  # the curve's k=2 reads its two pages: it is not capped
+    assert run["equal_cost"]["operating_budget"]["tokens"] > run["metrics"]["tokens_rendered"]
+
+
 def test_an_element_reader_under_one_page_is_compared_with_the_page_image_curve(pairs, tmp_path) -> None:
     cfg = toy_cfg(policies=["topk_page", "topk_elements"], budgets=[{"k": 2}])
     cfg["env"]["render_mode"] = "visual"

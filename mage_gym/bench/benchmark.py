@@ -445,9 +445,11 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
     ec = {**EQUAL_COST_DEFAULTS, **dict(cfg.get("equal_cost") or {})}
     if not ec["enabled"] or not runs:
         return
-    base = budget_dict(section(cfg, "env").get("budget") or {})
+    # topk_page's curve is never token-capped: a cap is a setting of the policies compared with it
+    base = {k: v for k, v in budget_dict(section(cfg, "env").get("budget") or {}).items() if k != "tokens"}
     opts = {k: v for k, v in policy_options(cfg, BASELINE).items() if k not in BENCHMARK_OPTIONS}
-    compared = [(run, rows, mode) for run, (rows, mode) in zip(runs, run_rows) if run["policy"] != BASELINE]
+    compared = [(run, rows, mode) for run, (rows, mode) in zip(runs, run_rows)
+                if run["policy"] != BASELINE or run["budget"].get("tokens") is not None]
     if not compared:
         return
     curves: dict[str, dict[int, dict[str, dict[str, Any]]]] = {}

@@ -64,3 +64,19 @@ def test_the_first_table_shows_both_claims_and_links_the_frontier(tmp_path: Path
     # the result's own page shows the comparison figures of each run's equal_cost block
     page = docs[root / "bench_mmlb" / PAGE_NAME]
     assert "delta_recall_at_operating_budget" in page and "-0.298 [-0.350, -0.240]" in page
+
+
+def test_a_knob_setting_read_at_the_budget_gets_a_row_of_its_own(tmp_path: Path) -> None:
+    root = tmp_path / "docs" / "results"
+    capped = {**BUDGET, "k": 8, "tokens": 5300}
+    _put(root, "knobs", [
+        _benchmark_run("topk_elements", 0.40, 800.0, _cell(-0.27, -0.33, -0.21), _cell(1.9, 1.6, 2.3)),
+        _benchmark_run("topk_page", 0.671, 5324.0),
+        {**_benchmark_run("topk_elements", 0.62, 5100.0, _cell(-0.05, -0.1, 0.0), _cell(0.9, 0.8, 1.0)),
+         "budget": capped},
+        {**_benchmark_run("heuristic", 0.5, 5000.0), "budget": capped}], figure=False)  # no figure: no row
+    index = render_docs(root, root.parent / "RESULTS.md", "gen")[root.parent / "RESULTS.md"]
+    assert "| topk_page: recall · tokens | 0.671 · 5,324 |" in index  # the column is topk_page's budget
+    assert "| topk_elements | -0.270 [-0.330, -0.210] · ×1.90 [1.60, 2.30] |" in index
+    assert "| topk_elements (k=8 tokens=5300) | -0.050 [-0.100, +0.000] · ×0.90 [0.80, 1.00] |" in index
+    assert "heuristic" not in index and "recall-token frontier" not in index

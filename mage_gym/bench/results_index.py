@@ -184,7 +184,22 @@ def _recall_tokens(m: Mapping[str, Any]) -> str:
 
 
 def _policy_label(run: Mapping[str, Any]) -> str:
-    return f"{run.get('policy')} (privileged)" if run.get("privileged") else str(run.get("policy"))
+    name = str(run.get("policy")) + (f" ({run['setting']})" if run.get("setting") else "")
+    return f"{name} (privileged)" if run.get("privileged") else name
+
+
+def _base_budget(by_budget: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
+    """A column's budget: the one uncapped topk_page played (its operating point), else the one most runs played."""
+    for budget, runs in by_budget.items():
+        if any(run.get("policy") == "topk_page" and "tokens" not in (run.get("budget") or {}) for run in runs):
+            return budget
+    return max(by_budget, key=lambda b: len(by_budget[b]))  # max keeps the first of equals
+
+
+def _budget_change(budget: Any, base: Any) -> str:
+    """What a run's budget changes against its column's (``k=8 tokens=5300``): the knob setting it was read at."""
+    b, ref = dict(budget or {}), dict(base or {})
+    return " ".join(f"{k}={v}" for k, v in b.items() if ref.get(k) != v)
 
 
 def _cells(values: Iterable[Any], fmt: Callable[[Any], str] = format_cell) -> str:
@@ -232,7 +247,12 @@ def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[st
                    baseline_mode(str(mode)) if mode is not None else None)
             groups.setdefault(key, {}).setdefault(budget_text(run.get("budget")), []).append(run)
         for key, by_budget in groups.items():
-            budget, rows = max(by_budget.items(), key=lambda kv: len(kv[1]))  # max keeps the first of equals
+            budget = _base_budget(by_budget)
+            rows = list(by_budget[budget])
+            for other, runs in by_budget.items():  # settings of a knob (entry pages, a token cap) read at the budget
+                if other != budget:
+                    rows += [{**run, "setting": _budget_change(run.get("budget"), by_budget[budget][0].get("budget"))}
+                             for run in runs if _is_interval(figure(run, OPERATING))]
             columns.append((r, (*key, budget), rows))
     header = ["controller"]
     for r, (dataset, split, subset, mode, budget), _ in columns:

@@ -197,7 +197,7 @@ def test_the_command_writes_the_report_and_its_frontier_figure(tmp_path: Path, c
 
 def test_a_token_capped_row_is_judged_on_the_uncapped_curve_at_the_chosen_operating_k(tmp_path: Path) -> None:
     qs = [f"q{i}" for i in range(30)]
-    capped = {**BUDGET, "k": 5, "tokens": 5000}
+    capped = {**BUDGET, "k": 5, "B": 32, "tokens": 5000}  # more opens too: topk_page never spends B
     rows = [{**_row("ppo", q, 0.8, 4900.0), "budget": capped} for q in qs]
     # a capped topk_page run too: a row of its own, never a point of the curve
     topk_capped = [{**_row("topk_page", q, 0.65, 4950.0, 5), "budget": capped} for q in qs]
@@ -209,7 +209,7 @@ def test_a_token_capped_row_is_judged_on_the_uncapped_curve_at_the_chosen_operat
                         for p in ("ppo", "topk_page")]
     (run / "results.json").write_text(json.dumps(results))
     stats = json.loads((run / "breakdown.json").read_text())
-    stats["policy_stats"].update({f"{p} | k5 m4 M24 T6 B16 tok5000": {"render_mode": "visual"} for p in ("ppo",
+    stats["policy_stats"].update({f"{p} | k5 m4 M24 T6 B32 tok5000": {"render_mode": "visual"} for p in ("ppo",
                                                                                                        "topk_page")})
     (run / "breakdown.json").write_text(json.dumps(stats))
     res = report([("arm", [run])], n_boot=100, operating_k=5)

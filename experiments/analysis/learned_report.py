@@ -53,9 +53,10 @@ from mage_gym.data.io import load_episodes
 MEAN_METRICS = ("reward", "support", "evidence_page_recall", "evidence_all_covered", "item_support",
                 "gold_pages_by_any_element", "tokens_rendered", "pages_rendered")
 LEARNED = "ppo"  # the registered name the benchmark gives every learned checkpoint
-#: budget keys topk_page's curve does not hold fixed: the k it runs over, and a reader-token cap (the curve is
-#: always uncapped)
-CURVE_FREE = frozenset({"k", "tokens"})
+#: budget keys topk_page's curve does not hold fixed: the k it runs over, a reader-token cap (the curve is always
+#: uncapped), and the activation, round and open budgets, which topk_page never spends (it reads its k entry pages
+#: and stops), so a policy read at another B or M is judged on the same curve, as the benchmark judges it
+CURVE_FREE = frozenset({"k", "tokens", "m", "M", "T", "B"})
 OPERATING_KEYS = frozenset(key for key, _, _ in OPERATING)
 RATIO_KEYS = frozenset(key for key, _, _ in RATIOS)
 SUBSETS: dict[str, int] = {"single_hop": 1, "bridge": 2}  # subset name -> hops of its questions

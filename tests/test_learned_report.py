@@ -164,3 +164,57 @@ def test_cli_names_a_bad_arm_and_a_missing_folder(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit):
         main(["--arm", f"imitation={tmp_path / 'nowhere'}", "--out", str(tmp_path / "o")])
     assert "benchmark run folder" in capsys.readouterr().err
+
+
+def test_arms_are_also_reported_at_the_operating_budget_and_by_cost_at_equal_evidence(tmp_path: Path) -> None:
+    qs = [f"q{i}" for i in range(40)]
+    # seed 0 reads 3 pages' tokens for k=5's recall (0.7): 0 at the budget, topk_page needs 5,000 / 3,000 tokens;
+    # seed 1 reads 7 pages' tokens for 0.9: over the budget, so read on the curve at 7,000 tokens (0.7)
+    seeds = [_run(tmp_path, "s0", [_row("ppo", q, 0.7, 3000.0) for q in qs], checkpoint="s0"),
+             _run(tmp_path, "s1", [_row("ppo", q, 0.9, 7000.0) for q in qs], checkpoint="s1")]
+    res = report([("arm", seeds)], n_boot=200)
+    arm = next(r for r in res["runs"] if r["policy"] == "arm")
+    assert arm["per_seed"]["delta_recall_at_operating_budget"] == pytest.approx([0.0, 0.2])
+    assert arm["metrics"]["delta_recall_at_operating_budget"]["mean"] == pytest.approx(0.1)
+    # topk_page reaches 0.7 first at k=5 (its own point is 0.2 above the line), and 0.9 never
+    ratios = arm["per_seed"]["cost_ratio_recall_at_equal_evidence"]
+    assert ratios[0] == pytest.approx(5000.0 / 3000.0) and ratios[1] is None
+    assert arm["metrics"]["cost_ratio_recall_at_equal_evidence"]["mean"] is None  # one seed beyond the curve
+    assert arm["per_seed"]["delta_recall_at_equal_tokens"] == pytest.approx([0.7 - 0.3, 0.9 - 0.7])
+
+
+def test_the_command_writes_the_report_and_its_frontier_figure(tmp_path: Path, capsys) -> None:
+    qs = [f"q{i}" for i in range(30)]
+    runs = [_run(tmp_path, f"s{s}", [_row("ppo", q, 0.7 + 0.05 * s, 3000.0) for q in qs], checkpoint=f"s{s}")
+            for s in (0, 1)]
+    assert main(["--arm", f"arm={runs[0]},{runs[1]}", "--out", str(tmp_path / "o"), "--n-boot", "50"]) == 0
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert {r["policy"] for r in res["runs"]} == {"topk_page", "arm"}
+    png = (tmp_path / "o" / "frontier.png").read_bytes()
+    assert png[:4] == b"\x89PNG" and len(png) > 10_000
+    assert "d_recall@budget=+0.025" in capsys.readouterr().out  # mean of 0.0 and +0.05 at topk_page's k=5
+
+
+def test_a_token_capped_row_is_judged_on_the_uncapped_curve_at_the_chosen_operating_k(tmp_path: Path) -> None:
+    qs = [f"q{i}" for i in range(30)]
+    capped = {**BUDGET, "k": 5, "B": 32, "tokens": 5000}  # more opens too: topk_page never spends B
+    rows = [{**_row("ppo", q, 0.8, 4900.0), "budget": capped} for q in qs]
+    # a capped topk_page run too: a row of its own, never a point of the curve
+    topk_capped = [{**_row("topk_page", q, 0.65, 4950.0, 5), "budget": capped} for q in qs]
+    run = _run(tmp_path, "s0", rows, {"topk_page_capped": []})
+    with open(run / "episodes.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in topk_capped)
+    results = json.loads((run / "results.json").read_text())
+    results["runs"] += [{"policy": p, "budget": capped, "dataset": "synth", "split": "test", "metrics": {}}
+                        for p in ("ppo", "topk_page")]
+    (run / "results.json").write_text(json.dumps(results))
+    stats = json.loads((run / "breakdown.json").read_text())
+    stats["policy_stats"].update({f"{p} | k5 m4 M24 T6 B32 tok5000": {"render_mode": "visual"} for p in ("ppo",
+                                                                                                       "topk_page")})
+    (run / "breakdown.json").write_text(json.dumps(stats))
+    res = report([("arm", [run])], n_boot=100, operating_k=5)
+    arm = next(r for r in res["runs"] if r["policy"] == "arm" and r["budget"] == capped)
+    # against topk_page's own k=5 (0.7 at 5,000 tokens), not the capped topk_page run (0.65) at the same k
+    assert arm["metrics"]["delta_recall_at_operating_budget"]["mean"] == pytest.approx(0.1)
+    # topk_page's uncapped curve first reaches 0.8 at k=8 (8,000 tokens); the capped topk_page run (0.65) is no point
+    assert arm["metrics"]["cost_ratio_recall_at_equal_evidence"]["mean"] == pytest.approx(8000.0 / 4900.0)

@@ -10,7 +10,6 @@ and its wrappers and finds no gold object.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -22,7 +21,7 @@ from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import EnvEpisode, PrivilegedAccessError, PrivilegedView
 from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import Gold
-from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
+from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring, public_reach
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
@@ -131,38 +130,21 @@ def test_privileged_view_only_on_a_privileged_env(pairs, reward_gate):
 
 
 GOLD_TYPES = (Episode, GoldEvidence, Gold, PrivilegedView)
-SKIP_TYPES = (str, bytes, int, float, bool, type(None), np.ndarray, np.generic, type, type(len),
-              type(lambda: 0), type(np))
 
 
-def public_reach(root: Any, limit: int = 50_000) -> Iterator[tuple[str, Any]]:
-    """(path, object) for everything reachable through public attributes, container items and properties."""
-    seen: set[int] = set()
-    todo: list[tuple[str, Any]] = [("env", root)]
-    while todo and len(seen) < limit:
-        path, obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        yield path, obj
-        if isinstance(obj, SKIP_TYPES):
-            continue
-        if isinstance(obj, dict):
-            todo += [(f"{path}[{k!r}]", v) for k, v in obj.items()]
-            continue
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            todo += [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
-            continue
-        for name in dir(obj):
-            if name.startswith("_"):
-                continue
-            try:
-                value = getattr(obj, name)
-            except Exception:  # noqa: BLE001 - a property that needs a reset, or raises on purpose
-                continue
-            if callable(value) and not isinstance(value, (gym.Env, gym.spaces.Space)):
-                continue
-            todo.append((f"{path}.{name}", value))
+def test_the_walk_fails_on_a_property_that_reads_gold(pairs):
+    """The walk's own check: a public property reading a guarded field is a failure, never skipped."""
+
+    class Leaky:
+        def __init__(self, episode):
+            self._episode = episode
+
+        @property
+        def answer(self) -> str:
+            return self._episode.answer
+
+    with pytest.raises(GoldRead, match=r"env\.answer reads gold"):
+        list(public_reach(Leaky(pairs[0].episode)))
 
 
 def test_no_public_attribute_of_the_env_or_its_wrappers_yields_gold(pairs, reward_gate, tmp_path):

@@ -101,3 +101,47 @@ def test_tool_env_runs_calls_as_trl_does_and_owns_the_reward():
     assert a._episode_info()["stats"] == {"tool_calls": 4.0, "format_errors": 0.0, "invalid_calls": 3.0,
                                           "stopped": 1.0}
     assert isinstance(rb, float)
+
+
+#: scripted rollouts, as TRL runs them: one tool call at a time, by name, with the model's arguments
+ROLLOUTS = [
+    [("activate", {"candidates": [1, 2]}), ("stop", {})],
+    [("search", {"query": "revenue table"}), ("activate", {"candidates": [3]}), ("stop", {}), ("stop", {})],
+    [("activate", {"candidates": [1]})],  # never stops: get_reward stops it (truncated)
+    [("open", {"ids": ["nope"]}), ("prune", {"ids": ["nope"], "reason": "x"})],
+]
+
+
+def _reference_reward(task: str, calls) -> tuple[float, dict]:
+    """The chat env's own terminal reward for the same calls, each call one reply (as TRL sends them)."""
+    env = toy_chat_env(max_candidates=16)
+    env.reset(options={"task": task})
+    total, info, done = 0.0, {}, False
+    for name, args in calls:
+        if done:
+            break
+        _, r, terminated, truncated, info = env.step([{"name": name, "arguments": dict(args)}])
+        total, done = total + r, terminated or truncated
+    if not done:
+        _, r, _, _, info = env.finish("rollout_end")
+        total += r
+    return total, info
+
+
+def test_the_reward_a_trl_rollout_reports_is_the_envs_terminal_reward():
+    """What GRPO optimises (get_reward, weight 1 in TRL) equals the env's terminal reward for the same calls."""
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25",
+                                  max_candidates=16)
+    rows = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)
+    rewards = []
+    for row, calls in zip(rows, ROLLOUTS):
+        env = factory()
+        env.reset(**row)
+        for name, args in calls:
+            getattr(env, name)(**args)
+        want, info = _reference_reward(row["task"], calls)
+        got = env.get_reward()
+        assert got == pytest.approx(want, abs=1e-12) and got == pytest.approx(info["reward_components"]["reward"])
+        assert env._episode_info()["reward_components"] == info["reward_components"]
+        rewards.append(got)
+    assert len(set(rewards)) > 1 and all(r != 0.0 for r in rewards)  # the rollouts differ; nothing is a stub 0

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-pytest.importorskip("trl")
+import trl  # noqa: E402,F401  (the llm-train extra: a broken install fails, never skips)
 
 from mage_gym._compat import ensure_torchvision  # noqa: E402
 

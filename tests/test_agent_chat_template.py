@@ -16,6 +16,7 @@ from mage_gym.agent.chat_template import CHATML_TOOLS_TEMPLATE, knows_tool_calls
 from mage_gym.agent.parse import parse_message  # noqa: E402
 from mage_gym.agent.tasks import task_rows  # noqa: E402
 from mage_gym.agent.tools import TOOLS, TOOLS_BY_NAME  # noqa: E402
+from mage_gym.agent.chat_env import text_of  # noqa: E402
 from mage_gym.agent.trl_env import MageToolEnv, environment_factory  # noqa: E402
 from mage_gym.bench.synthetic import hash_query_fn  # noqa: E402
 from mage_gym.testing import toy_episodes  # noqa: E402
@@ -146,3 +147,39 @@ def test_the_reward_a_trl_rollout_reports_is_the_envs_terminal_reward():
         assert env._episode_info()["reward_components"] == info["reward_components"]
         rewards.append(got)
     assert len(set(rewards)) > 1 and all(r != 0.0 for r in rewards)  # the rollouts differ; nothing is a stub 0
+
+
+def test_tool_env_counts_what_each_call_did_and_refuses_calls_outside_an_episode():
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25")
+    env = factory()
+    assert env.get_reward() == 0.0 and "episode is over" in env.stop()  # before any reset: refused, not a crash
+    assert env._episode_info()["stats"]["invalid_calls"] == 1.0
+    row = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0]
+    with pytest.raises(KeyError, match="no 'task' column"):
+        env.reset(**{k: v for k, v in row.items() if k != "task"})
+    chat = toy_chat_env(max_candidates=16)
+    messages, _ = chat.reset(options={"task": row["task"]})
+    opening = env.reset(**row)
+    assert opening == "\n\n" + text_of([m for m in messages if m["role"] == "user"])
+    assert "Question:" in opening and not [m for m in messages if m["role"] == "system"][0]["content"] in opening
+    assert "error" in env.activate(candidates="x")  # a malformed argument: a format error
+    assert "activated" in env.activate(candidates=[1])
+    assert "unknown id" in env.open(ids=[1])  # an id nobody showed: an invalid call
+    assert "toy:p0: pruned" in env.prune(ids=["toy:p0"], reason="not needed")
+    assert "refused" in env.search(query="")  # invalid
+    assert env._episode_info()["stats"] == {"tool_calls": 5.0, "format_errors": 1.0, "invalid_calls": 2.0,
+                                            "stopped": 0.0}
+    env.reset(**row)
+    assert env._episode_info()["stats"] == {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0,
+                                            "stopped": 0.0}
+
+
+def test_environment_factory_passes_provider_settings_and_labels_the_dataset():
+    eps = [p.episode for p in toy_episodes()]
+    env = environment_factory(episodes=eps, parser="fast", max_graphs=2, query_fn=hash_query_fn(16), K=16,
+                              retriever="bm25")()
+    provider = env._env._provider
+    assert (provider.parser, provider.max_graphs) == ("fast", 2)
+    assert env._env.dataset == "mmlongbench"  # from the episodes' benchmark
+    named = environment_factory(episodes=eps, dataset="mine", query_fn=hash_query_fn(16), K=16, retriever="bm25")()
+    assert named._env.dataset == "mine"

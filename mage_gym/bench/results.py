@@ -16,6 +16,14 @@
                "privileged": true,                     # the oracle only: it read gold
                "training": {"recipe", "shaping", ...},  # experiments/train.py: how the policy was trained
                "equal_cost": {"baseline": "topk_page", "render_mode", "ks",
+                              "operating_budget": {"k", "tokens"},   # topk_page's mean tokens at the run's k
+                              "delta_recall_at_operating_budget": {"mean", "lo", "hi", "n", "interpretable",
+                                                                   "k", "budget_cost", "cost", "overspent"},
+                              "delta_support_at_operating_budget": ...,
+                              "delta_item_support_at_operating_budget": ...,   # questions with item gold
+                              "cost_ratio_recall_at_equal_evidence": {"mean", "lo", "hi", "n", "interpretable",
+                                                                      "topk_cost", "cost", "above_curve"},
+                              "cost_ratio_support_at_equal_evidence": ...,
                               "delta_recall_at_equal_tokens": {"mean", "lo", "hi", "n", "interpretable",
                                                                "cost", "topk_at_cost"},
                               "delta_recall_at_equal_pages": ..., "delta_support_at_equal_tokens": ...,
@@ -28,10 +36,14 @@ the file a learned policy acted with (absolute path and sha256), so a row
 can be traced to its weights after files are moved or retrained.
 
 ``equal_cost`` compares the run with topk_page run at every integer k in
-the run's own render mode and reader, at the run's mean tokens and mean
-pages (:mod:`.equal_cost`: interpolated between neighbouring k, never
-extrapolated, 95 % paired bootstrap over questions; ``interpretable`` is
-false under 30 questions).
+the run's own render mode and reader (whole page images for ``elements``),
+three ways (:mod:`.equal_cost`; 95 % paired bootstrap over questions;
+``interpretable`` is false under 30 questions): *at the operating budget*
+(evidence minus topk_page's at the run's k, the policy allowed up to
+topk_page's tokens there: the "finds more evidence" claim), *cost at equal
+evidence* (the tokens topk_page needs to reach the run's evidence over the
+run's tokens: the efficiency claim), and *at equal cost* (at the run's mean
+tokens and pages, interpolated between neighbouring k, never extrapolated).
 
 ``failed`` counts the episodes whose reader or evaluator failed past its
 retries (recorded in ``episodes.jsonl`` with the error, left out of the
@@ -66,10 +78,13 @@ EVALUATOR_KEYS: tuple[str, ...] = ("rounds", "calls", "cache_hits", "requests", 
 BUDGET_KEYS: tuple[str, ...] = ("k", "m", "M", "T", "B")
 TABLE_COLUMNS = ("policy", "budget", "dataset", "split", "episodes", "reward", "evidence_page_recall",
                  "evidence_all_covered", "element_recall", "element_precision", "tokens_rendered", "pages_rendered",
-                 "accuracy", "f1", "Δrecall@tokens vs topk", "Δrecall@pages vs topk", "evaluator_calls",
+                 "accuracy", "f1", "Δrecall@budget vs topk", "topk tokens ratio@recall", "Δrecall@tokens vs topk",
+                 "Δrecall@pages vs topk", "evaluator_calls",
                  "evaluator calls/errors/strict/lenient/fallback", "failed", "wall_s")
 #: table columns read from a run's equal_cost block
-_EQUAL_COST_CELLS = {"Δrecall@tokens vs topk": "delta_recall_at_equal_tokens",
+_EQUAL_COST_CELLS = {"Δrecall@budget vs topk": "delta_recall_at_operating_budget",
+                     "topk tokens ratio@recall": "cost_ratio_recall_at_equal_evidence",
+                     "Δrecall@tokens vs topk": "delta_recall_at_equal_tokens",
                      "Δrecall@pages vs topk": "delta_recall_at_equal_pages"}
 #: table columns that are not metrics: how each is read from a run
 _EVALUATOR_CELL = ("calls", "backend_errors", "strict", "lenient", "fallback")
@@ -230,9 +245,10 @@ def _cell(run: Mapping[str, Any], column: str) -> str:
     if column in _EQUAL_COST_CELLS:
         d = (run.get("equal_cost") or {}).get(_EQUAL_COST_CELLS[column])
         if not d or d.get("mean") is None:
-            return "-"
-        ci = "" if d.get("lo") is None else f" [{d['lo']:+.3f}, {d['hi']:+.3f}]"
-        return f"{d['mean']:+.3f}{ci}" + ("" if d.get("interpretable") else " (n<30)")
+            return "above curve" if d and d.get("above_curve") else "-"
+        spec = ".2f" if column.startswith("topk tokens ratio") else "+.3f"  # a ratio, not a delta
+        ci = "" if d.get("lo") is None else f" [{d['lo']:{spec}}, {d['hi']:{spec}}]"
+        return f"{d['mean']:{spec}}{ci}" + ("" if d.get("interpretable") else " (n<30)")
     return fmt(run["metrics"].get(column))
 
 

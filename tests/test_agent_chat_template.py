@@ -155,7 +155,7 @@ def test_tool_env_counts_what_each_call_did_and_refuses_calls_outside_an_episode
     assert env.get_reward() == 0.0 and "episode is over" in env.stop()  # before any reset: refused, not a crash
     assert env._episode_info()["stats"]["invalid_calls"] == 1.0
     row = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0]
-    with pytest.raises(KeyError, match="no 'task' column"):
+    with pytest.raises(KeyError, match=r"^\"the dataset row has no 'task' column \(build it with mage_gym"):
         env.reset(**{k: v for k, v in row.items() if k != "task"})
     chat = toy_chat_env(max_candidates=16)
     messages, _ = chat.reset(options={"task": row["task"]})
@@ -183,3 +183,36 @@ def test_environment_factory_passes_provider_settings_and_labels_the_dataset():
     assert env._env.dataset == "mmlongbench"  # from the episodes' benchmark
     named = environment_factory(episodes=eps, dataset="mine", query_fn=hash_query_fn(16), K=16, retriever="bm25")()
     assert named._env.dataset == "mine"
+
+
+class _PayingChat:
+    """A chat env that pays on every step and reports no counts: what MageToolEnv must add up, not overwrite."""
+
+    def __init__(self) -> None:
+        self.finished = 0
+
+    def reset(self, options=None):
+        return [{"role": "user", "content": "state"}], {}
+
+    def step(self, calls):
+        return [{"role": "tool", "content": "ok"}], 0.25, calls[0]["name"] == "stop", False, {}
+
+    def finish(self, reason):
+        self.finished += 1
+        return [{"role": "user", "content": "end"}], 0.5, False, True, {"stop_reason": reason}
+
+
+def test_the_rollout_reward_is_the_sum_of_what_the_env_paid_and_a_rollout_ends_once():
+    chat = _PayingChat()
+    env = MageToolEnv(lambda: chat)
+    env.reset(task="t")
+    env.activate(candidates=[1])
+    env.open(ids=["a"])
+    assert env.get_reward() == pytest.approx(0.25 + 0.25 + 0.5) and env.get_reward() == pytest.approx(1.0)
+    assert chat.finished == 1 and env._episode_info()["stop_reason"] == "rollout_end"
+    assert env._episode_info()["stats"] == {"tool_calls": 2.0, "format_errors": 0.0, "invalid_calls": 0.0,
+                                            "stopped": 0.0}
+    env.reset(task="t")
+    env.search(query="q")
+    env.stop()
+    assert env.get_reward() == pytest.approx(0.5) and chat.finished == 1  # stopped by the model: no finish

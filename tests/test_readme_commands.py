@@ -174,7 +174,7 @@ def run_readme_command(launch: Path, prefix: str) -> subprocess.CompletedProcess
 
 def only_results(folder: Path) -> dict:
     """The one results.json of a command's run folder (glob: Hydra names run folders by time)."""
-    found = sorted(folder.glob("*/results.json"))
+    found = sorted(f for f in folder.glob("*/results.json") if not f.parent.is_symlink())  # not "latest"
     assert len(found) == 1, f"expected one results.json under {folder}, found {found}"
     return json.loads(found[0].read_text())
 
@@ -198,8 +198,9 @@ def _long_pdf(launch: Path) -> None:
 
 
 def _make_synth(launch: Path) -> None:
-    manifest = json.loads((launch / "data_out" / "synth" / "tiny_seed0" / "manifest.json").read_text())
-    assert len(manifest["docs"]) == 7
+    from mage_gym.data.synth import read_manifest
+
+    assert len(read_manifest(launch / "data_out" / "synth" / "tiny_seed0")["docs"]) == 7
     corpus = only_results(launch / "outputs" / "make_synth")["corpus"]
     assert corpus["n_docs"] == 7 and corpus["n_questions"] > 7 and corpus["n_pages"] > 7
 

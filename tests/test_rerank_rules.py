@@ -75,7 +75,7 @@ class GatedHybrid(HybridRetriever):
     """A first stage with a per-document gate (as hybrid_adaptive): pages by BM25 at gate 1, by dense at gate 0."""
 
     def gate(self, graph) -> float:  # noqa: ANN001
-        return 1.0
+        return 1.0 if graph.n_pages > 5 else 0.0  # reads the document, as a density gate does
 
     def fuse(self, components, gate: float = 0.0) -> Scores:  # noqa: ANN001
         pages = gate * components["bm25"].pages + (1 - gate) * components["dense"].pages
@@ -123,13 +123,16 @@ def test_every_kind_of_first_stage_keeps_its_own_order_below_the_reranked_pages(
         assert first_order != _order(fs.score_components(g, q)["dense"].pages)
 
 
-def test_a_pickled_reranker_scores_the_same_through_its_own_channel() -> None:
+@pytest.mark.parametrize("first, names", [("bm25", ["bm25"]), ("hybrid", ["bm25", "dense"])])
+def test_a_pickled_reranker_scores_the_same_through_its_own_channel(first: str, names: list[str]) -> None:
     g = make_toy_graph(n_pages=8, elements_per_page=3, dim=16)
     q = QF("revenue growth")
-    r = RerankedRetriever(get_retriever("bm25"), scorer=QuestionWordScorer(), depth=4, cache=False)
+    r = RerankedRetriever(get_retriever(first), scorer=QuestionWordScorer(), depth=4, cache=False)
     assert "components" not in r.__getstate__()
     copy = pickle.loads(pickle.dumps(r))
-    assert list(copy.components) == ["bm25", "cross_encoder"]
+    assert list(copy.components) == [*names, "cross_encoder"]
+    if first == "hybrid":  # the copy's channels are its own first stage's, not the original's
+        assert all(copy.components[n] is copy.first_stage.components[n] for n in names)
     assert copy.components["cross_encoder"]._owner is copy
     np.testing.assert_array_equal(copy.components["cross_encoder"].score(g, q).pages,
                                   r.score_with_components(g, q)[1]["cross_encoder"].pages)
@@ -177,3 +180,80 @@ def test_rerank_positions_default_constant_is_60() -> None:
     # a tie at k = 60 that k = 61 breaks: first-stage ranks 1, 2; cross-encoder ranks 4, 1 of four
     tie = np.array([0.0, 1.0, 0.5, 0.4])
     assert rerank_positions(tie, "rrf").tolist() == rrf_order_by_hand(tie.tolist(), 60.0)
+
+
+class FixedScorer:
+    """Scores passages by a table: extreme scores test the sigmoid column's clipping."""
+
+    digest = "fixed"
+
+    def __init__(self, table: dict[str, float]) -> None:
+        self.table = table
+
+    def score(self, question: str, texts: list[str]) -> list[float]:  # a plain list of Python floats
+        return [self.table.get(t.split()[-1], 0.0) for t in texts]
+
+
+def test_the_column_is_the_sigmoid_clipped_at_50_and_zero_for_a_page_without_text() -> None:
+    from mage_gym.testing import graph_from_texts
+
+    g = graph_from_texts([["alpha"], ["beta"], ["gamma"], []], dim=16)
+    q = QF("alpha beta gamma")
+    r = RerankedRetriever(get_retriever("bm25"), scorer=FixedScorer({"alpha": -60.0, "beta": 60.0, "gamma": -50.5}),
+                          depth=4, cache=False)
+    col = r.score_with_components(g, q)[1]["cross_encoder"].pages
+    want = np.array([1 / (1 + np.exp(50.0)), 1 / (1 + np.exp(-50.0)), 1 / (1 + np.exp(50.0)), 0.0], dtype=np.float32)
+    np.testing.assert_array_equal(col, want)  # -60 and -50.5 clip to -50; the empty page has no score: 0
+    assert col.dtype == np.float32
+
+
+def test_the_cache_key_reads_the_question(tmp_path) -> None:
+    g = make_toy_graph(n_pages=4, elements_per_page=1, dim=16)  # one short passage a page: the same texts
+    calls = []
+
+    class Counting(QuestionWordScorer):
+        def score(self, question, texts):  # noqa: ANN001
+            calls.append(question)
+            return super().score(question, texts)
+
+    r = RerankedRetriever(HybridRetriever(), scorer=Counting(), depth=4, chunks_per_page=1, cache=True,
+                          cache_dir=tmp_path)
+    for text in ("section revenue", "section revenue", "section margin"):  # the same pages, the same passages
+        r.page_scores(g, QF(text), [0, 1, 2, 3])
+    assert calls == ["section revenue", "section margin"], "a new question is scored, the same one is cached"
+
+
+def test_a_pickled_score_file_is_never_unpickled(tmp_path) -> None:
+    """Loading a score file runs no code: allow_pickle stays off (a pickle runs its payload on load)."""
+    marker = tmp_path / "ran"
+    store = ScoreStore(tmp_path)
+    key = ScoreStore.key("m", "q", ["x"])
+    (tmp_path / key[:2]).mkdir()
+    with open(tmp_path / key[:2] / f"{key}.npy", "wb") as f:
+        np.save(f, np.array([_Payload(marker), 1.0], dtype=object), allow_pickle=True)
+    assert store.load(key, 2) is None and not marker.exists()
+
+
+class _Payload:
+    def __init__(self, marker) -> None:  # noqa: ANN001
+        self.marker = marker
+
+    def __reduce__(self):
+        return (_touch, (str(self.marker),))
+
+
+def _touch(path: str) -> None:
+    from pathlib import Path
+
+    Path(path).touch()
+
+
+def test_a_page_without_text_keeps_only_its_first_stage_rank_under_rrf() -> None:
+    assert rerank_positions(np.array([-np.inf, 0.2, 0.7]), "rrf", 0.0).tolist() == [2, 0, 1]  # 1.0 ties 1.0
+
+
+def test_the_shipped_rrf_constant_is_60() -> None:
+    """Twenty pages where k = 60 and k = 61 order two of them differently (found by search, checked by hand rule)."""
+    ce = np.array([8, 0, 0, 2, 0, 13, 10, 12, 5, 12, 15, 7, 9, 19, 16, 19, 7, 13, 19, 13], dtype=float)
+    assert rerank_positions(ce, "rrf").tolist() == rrf_order_by_hand(ce.tolist(), 60.0)
+    assert rerank_positions(ce, "rrf").tolist() != rrf_order_by_hand(ce.tolist(), 61.0)

@@ -38,7 +38,8 @@ def test_message_dicts_tool_calls_content_parts_and_ids() -> None:
     assert parsed.mode == "tool_calls" and parsed.content == "I act. Now."
     assert [(c.name, c.arguments, c.call_id) for c in parsed.calls] == [("stop", {}, "7"), ("search", {"query": "q"},
                                                                                            None)]
-    assert not parsed.structured and parse_message({"tool_calls": [{"id": "a", "name": "stop"}]}).structured
+    assert parsed.errors == () and not parsed.structured
+    assert parse_message({"tool_calls": [{"id": "a", "name": "stop"}]}).structured
     by_parts = parse_message({"content": [{"type": "text", "text": '<tool_call>{"name": "stop"}</tool_call>'}]})
     assert by_parts.mode == "tagged" and by_parts.valid[0].name == "stop"
     assert parse_message({"content": None}).errors == (NO_CALL,)
@@ -142,3 +143,29 @@ def test_calls_written_back_as_text_and_as_a_message() -> None:
     assert ParsedCall(None, error="x").as_tool_call() == {"type": "function", "function": {"name": "", "arguments": {}}}
     both = ParsedMessage((ParsedCall("stop"), ParsedCall(None, error="bad")), "tagged")
     assert both.valid == (ParsedCall("stop"),) and both.errors == ("bad",) and not both.structured
+
+
+def test_refused_calls_keep_their_name_and_id() -> None:
+    cases = [("", {}, None), ("fly", {}, "fly"), ("stop", [1], "stop"), ("stop", {"x": 1}, "stop"),
+             ("prune", {"ids": ["a"]}, "prune"), ("activate", {"candidates": [True]}, "activate"),
+             ("open", {"ids": []}, "open")]
+    for name, args, kept in cases:
+        call = check_call(name, args, "c7")
+        assert call.error and (call.name, call.call_id) == (kept, "c7"), (name, args)
+    item = _one({"id": "c8", "function": {"name": "stop", "arguments": {"x": 1}}})
+    assert item.call_id == "c8" and item.error.startswith("tool call 1 (stop)")
+
+
+def test_what_each_form_keeps_of_the_text() -> None:
+    tagged = '<tool_call>{"name": "stop"}</tool_call> and words'
+    assert parse_text(tagged).content == tagged and parse_text('{"name": "stop"}').content == '{"name": "stop"}'
+    assert parse_message([{"name": "stop"}]).mode == "tool_calls"
+    upper = parse_text("<AGENT_DECISION><stop>true</stop></AGENT_DECISION>")
+    assert upper.mode == "xml" and upper.valid == (ParsedCall("stop", {}),)
+    assert parse_message({"content": None}).content == "" and parse_message({"content": 5}).content == "5"
+    parts = parse_message({"content": ["loose", {"type": "text"}, {"type": "text", "text": "kept"}, 3]})
+    assert parts.content == "kept" and parts.mode == "none"
+    assert parse_text('{"name": "stop"} done').mode == "json"  # a span starting at the first character
+    assert parse_text('{"name": "stop"}x').valid == (ParsedCall("stop", {}),)  # the span ends at its brace
+    assert parse_text('```\n{"name": "stop"}\n```').valid == (ParsedCall("stop", {}),)
+    assert call_to_text(ParsedCall("search", {"query": "é"})).count("é") == 1

@@ -156,10 +156,14 @@ def diffs_of(work: Path, names: list[str], env: dict) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def run_module(key: str, target: Target, out: Path, workers: int, reviewed: set[str]) -> dict:
+def run_module(key: str, target: Target, out: Path, workers: int, reviewed: set[str], resume: bool = False) -> dict:
     work = out / "work" / key.replace("/", "_")
-    prepare(work, target)
+    if not (resume and (work / "mutants").is_dir()):
+        prepare(work, target)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # the copy's code, not a checkout's
+    # one thread per library: each mutant runs in a process forked from one that has used torch and onnxruntime,
+    # and a thread pool started before a fork deadlocks the child (seen: workers at 0 CPU for minutes)
+    env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
     data = Path(os.environ.get("MAGE_GYM_DATA", REPO.parent / "shared" / "data")).resolve()
     env.update(MAGE_GYM_DATA=str(data), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
     log = out / f"{key.replace('/', '_')}.log"
@@ -196,6 +200,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--modules", nargs="*", default=list(MODULES), choices=list(MODULES))
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "mutation_score")
     ap.add_argument("--workers", type=int, default=2, help="mutants tested at once (forked workers)")
+    ap.add_argument("--resume", action="store_true",
+                    help="continue a module's unfinished run in its existing scratch copy (mutmut keeps results)")
     ap.add_argument("--survivors", type=Path, default=REPO / "docs" / "results" / "mutation_score" / "survivors.md",
                     help="the reviewed survivors file (one table row per survivor)")
     args = ap.parse_args(argv)
@@ -206,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     previous = json.loads(results_path.read_text()).get("modules", {}) if results_path.is_file() else {}
     modules = dict(previous)
     for key in args.modules:
-        modules[key] = run_module(key, MODULES[key], out, args.workers, reviewed)
+        modules[key] = run_module(key, MODULES[key], out, args.workers, reviewed, args.resume)
         write(results_path, modules)
     write(results_path, modules)
     print(f"[mutation] wrote {results_path}")

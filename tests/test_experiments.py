@@ -201,6 +201,18 @@ def test_benchmark_compares_at_equal_cost_and_marks_the_oracle_privileged(pairs,
     assert runs["oracle"]["metrics"]["evidence_page_recall"] >= runs["topk_page"]["metrics"]["evidence_page_recall"]
 
 
+def test_a_fixed_operating_k_judges_every_run_against_topk_page_at_that_k(pairs, tmp_path) -> None:
+    cfg = toy_cfg(policies=["heuristic"], budgets=[{"k": 1}])
+    cfg["equal_cost"] = {"operating_k": 2}  # k is the policy's knob here; the budget is topk_page's at k=2
+    benchmark(cfg, tmp_path, episodes=pairs, registry=REGISTRY)
+    run = check_results(tmp_path / "results.json", 1)["runs"][0]
+    curve = [json.loads(x) for x in (tmp_path / "topk_curve.jsonl").read_text().splitlines()]
+    two = [r["metrics"] for r in curve if r["budget"]["k"] == 2 and r["metrics"]["evidence_page_recall"] is not None]
+    op = run["equal_cost"]["delta_recall_at_operating_budget"]
+    assert run["equal_cost"]["operating_budget"]["k"] == 2 and op["k"] == 2
+    assert op["budget_cost"] == pytest.approx(np.mean([m["tokens_rendered"] for m in two]))
+
+
 def test_an_element_reader_under_one_page_is_compared_with_the_page_image_curve(pairs, tmp_path) -> None:
     cfg = toy_cfg(policies=["topk_page", "topk_elements"], budgets=[{"k": 2}])
     cfg["env"]["render_mode"] = "visual"

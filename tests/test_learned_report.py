@@ -198,3 +198,28 @@ def test_the_command_writes_the_report_and_its_frontier_figure(tmp_path: Path, c
     png = (tmp_path / "o" / "frontier.png").read_bytes()
     assert png[:4] == b"\x89PNG" and len(png) > 10_000
     assert "d_recall@budget=+0.025" in capsys.readouterr().out  # mean of 0.0 and +0.05 at topk_page's k=5
+
+
+def test_a_token_capped_row_is_judged_on_the_uncapped_curve_at_the_chosen_operating_k(tmp_path: Path) -> None:
+    qs = [f"q{i}" for i in range(30)]
+    capped = {**BUDGET, "k": 5, "tokens": 5000}
+    rows = [{**_row("ppo", q, 0.8, 4900.0), "budget": capped} for q in qs]
+    # a capped topk_page run too: a row of its own, never a point of the curve
+    topk_capped = [{**_row("topk_page", q, 0.65, 4950.0, 5), "budget": capped} for q in qs]
+    run = _run(tmp_path, "s0", rows, {"topk_page_capped": []})
+    with open(run / "episodes.jsonl", "a") as f:
+        f.writelines(json.dumps(r) + "\n" for r in topk_capped)
+    results = json.loads((run / "results.json").read_text())
+    results["runs"] += [{"policy": p, "budget": capped, "dataset": "synth", "split": "test", "metrics": {}}
+                        for p in ("ppo", "topk_page")]
+    (run / "results.json").write_text(json.dumps(results))
+    stats = json.loads((run / "breakdown.json").read_text())
+    stats["policy_stats"].update({f"{p} | k5 m4 M24 T6 B16 tok5000": {"render_mode": "visual"} for p in ("ppo",
+                                                                                                       "topk_page")})
+    (run / "breakdown.json").write_text(json.dumps(stats))
+    res = report([("arm", [run])], n_boot=100, operating_k=5)
+    arm = next(r for r in res["runs"] if r["policy"] == "arm" and r["budget"] == capped)
+    # against topk_page's own k=5 (0.7 at 5,000 tokens), not the capped topk_page run (0.65) at the same k
+    assert arm["metrics"]["delta_recall_at_operating_budget"]["mean"] == pytest.approx(0.1)
+    # topk_page's uncapped curve first reaches 0.8 at k=8 (8,000 tokens); the capped topk_page run (0.65) is no point
+    assert arm["metrics"]["cost_ratio_recall_at_equal_evidence"]["mean"] == pytest.approx(8000.0 / 4900.0)

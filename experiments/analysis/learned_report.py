@@ -53,6 +53,9 @@ from mage_gym.data.io import load_episodes
 MEAN_METRICS = ("reward", "support", "evidence_page_recall", "evidence_all_covered", "item_support",
                 "gold_pages_by_any_element", "tokens_rendered", "pages_rendered")
 LEARNED = "ppo"  # the registered name the benchmark gives every learned checkpoint
+#: budget keys topk_page's curve does not hold fixed: the k it runs over, and a reader-token cap (the curve is
+#: always uncapped)
+CURVE_FREE = frozenset({"k", "tokens"})
 OPERATING_KEYS = frozenset(key for key, _, _ in OPERATING)
 RATIO_KEYS = frozenset(key for key, _, _ in RATIOS)
 SUBSETS: dict[str, int] = {"single_hop": 1, "bridge": 2}  # subset name -> hops of its questions
@@ -101,13 +104,15 @@ class SeedRun:
 
     def curve(self, budget: str, mode: str) -> dict[int, dict[str, dict[str, Any]]]:
         """topk_page's rows per k and question in ``mode`` for the budget's other settings: the played plan's own
-        topk_page runs (episodes.jsonl) and the k the equal-cost curve added (topk_curve.jsonl)."""
-        others = {k: v for k, v in json.loads(budget).items() if k != "k"}
+        topk_page runs (episodes.jsonl) and the k the equal-cost curve added (topk_curve.jsonl). A token cap is
+        not one of them: a capped run is judged against topk_page's uncapped curve, as the benchmark does."""
+        others = {k: v for k, v in json.loads(budget).items() if k not in CURVE_FREE}
         out: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
         for r in self.rows + self.curve_rows:
             b = r["budget"]
-            if r["policy"] != BASELINE or r.get("failed") or {k: v for k, v in b.items() if k != "k"} != others:
-                continue
+            held = {k: v for k, v in b.items() if k not in CURVE_FREE}
+            if r["policy"] != BASELINE or r.get("failed") or held != others or b.get("tokens") is not None:
+                continue  # (a capped topk_page run is a policy row, not a curve point)
             row_mode = r.get("render_mode") or self.mode_of(BASELINE, b)
             if row_mode == mode:
                 out[int(b["k"])][str(r["episode_id"])] = r
@@ -128,8 +133,9 @@ def parse_arm(spec: str) -> tuple[str, list[Path]]:
 
 
 def controller_row(label: str, policy: str, seeds: Sequence[SeedRun], budget: str, keep: set[str] | None,
-                   n_boot: int = 1000, seed: int = 0) -> dict[str, Any] | None:
-    """One report row: ``policy`` as played in ``seeds`` (renamed ``label``), on the questions in ``keep``."""
+                   n_boot: int = 1000, seed: int = 0, operating_k: int | None = None) -> dict[str, Any] | None:
+    """One report row: ``policy`` as played in ``seeds`` (renamed ``label``), on the questions in ``keep``;
+    ``operating_k``: topk_page's k whose tokens are the operating budget (None: the budget's own k)."""
     played = [(s, s.run_of(policy, budget)) for s in seeds]
     played = [(s, run) for s, run in played if run is not None]
     if not played:
@@ -155,7 +161,7 @@ def controller_row(label: str, policy: str, seeds: Sequence[SeedRun], budget: st
         # picks each delta's questions
         curves = [s.curve(budget, baseline_mode(mode)) for s, _ in played]
         by_q = [{str(r["episode_id"]): r for r in rows} for rows in per_seed_rows]
-        k_op = int(json.loads(budget)["k"])
+        k_op = int(operating_k) if operating_k is not None else int(json.loads(budget)["k"])
         for key, metric, cost in COMPARISONS:
             qids = sorted(set.intersection(*({str(r["episode_id"]) for r in rows if row_values(r, metric) is not None
                                               and row_values(r, cost) is not None} for rows in per_seed_rows)))
@@ -205,7 +211,8 @@ def row_metric(row: Mapping[str, Any], key: str) -> float | None:
 
 
 def report(arms: Sequence[tuple[str, Sequence[Path]]], hops: Mapping[str, int] | None = None,
-           learned: str = LEARNED, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
+           learned: str = LEARNED, n_boot: int = 1000, seed: int = 0, operating_k: int | None = None
+           ) -> dict[str, Any]:
     """The report's ``{"runs": [...], "arms": {...}}``: rule policies and the oracle from the first arm that played
     them, each arm's learned policy under its label; one row per subset (``all``, and with ``hops`` also
     ``bridge`` / ``single_hop``)."""
@@ -224,8 +231,9 @@ def report(arms: Sequence[tuple[str, Sequence[Path]]], hops: Mapping[str, int] |
             rows = []
             for policy in others:
                 seeds = next((seeds for _, seeds in loaded if any(s.run_of(policy, budget) for s in seeds)), [])
-                rows.append((policy in privileged, controller_row(policy, policy, seeds, budget, keep, n_boot, seed)))
-            rows += [(False, controller_row(label, learned, seeds, budget, keep, n_boot, seed))
+                rows.append((policy in privileged, controller_row(policy, policy, seeds, budget, keep, n_boot, seed,
+                                                                  operating_k)))
+            rows += [(False, controller_row(label, learned, seeds, budget, keep, n_boot, seed, operating_k))
                      for label, seeds in loaded]
             rows.sort(key=lambda x: x[0])  # stable: the learned arms before privileged rows
             out += [{**r, "subset": subset} for _, r in rows if r is not None]
@@ -234,7 +242,8 @@ def report(arms: Sequence[tuple[str, Sequence[Path]]], hops: Mapping[str, int] |
                if hops else {})}
 
 
-def plot_report_frontier(arms: Sequence[tuple[str, Sequence[Path]]], res: Mapping[str, Any], path: Path) -> Path:
+def plot_report_frontier(arms: Sequence[tuple[str, Sequence[Path]]], res: Mapping[str, Any], path: Path,
+                         operating_k: int | None = None) -> Path:
     """The report's recall-token frontier (``frontier.png``): each row of the ``all`` subset (arms as their mean
     over seeds) against topk_page's curve of the first seed that played it, in every mode compared."""
     from mage_gym.bench.frontier import frontier_title, plot_frontier
@@ -244,7 +253,8 @@ def plot_report_frontier(arms: Sequence[tuple[str, Sequence[Path]]], res: Mappin
     budgets = list(dict.fromkeys(budget_key(r["budget"]) for r in rows))
     modes = {baseline_mode(r["render_mode"]) for r in rows if r.get("render_mode") not in (None, "mixed")}
     curves = {mode: first.curve(budgets[0], mode) for mode in sorted(modes or {"visual"})}
-    return plot_frontier(rows, curves, path, frontier_title(rows), operating_k=int(json.loads(budgets[0])["k"]))
+    k = operating_k if operating_k is not None else int(json.loads(budgets[0])["k"])
+    return plot_frontier(rows, curves, path, frontier_title(rows), operating_k=k)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -254,16 +264,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=Path, help="the dataset's episodes.jsonl: adds bridge / single_hop rows")
     ap.add_argument("--learned", default=LEARNED, help="the policy name the runs give the learned checkpoint")
     ap.add_argument("--n-boot", type=int, default=1000)
+    ap.add_argument("--operating-k", type=int, default=None,
+                    help="topk_page's k whose tokens are the operating budget of every row (default: each row's k)")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     try:
         arms = [parse_arm(a) for a in args.arm]
-        res = report(arms, hops_by_question(args.episodes) if args.episodes else None, args.learned, args.n_boot)
+        res = report(arms, hops_by_question(args.episodes) if args.episodes else None, args.learned, args.n_boot,
+                     operating_k=args.operating_k)
     except (ValueError, FileNotFoundError) as err:
         ap.error(str(err))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(res, indent=1))
-    plot_report_frontier(arms, res, args.out / "frontier.png")
+    plot_report_frontier(arms, res, args.out / "frontier.png", args.operating_k)
     for r in res["runs"]:
         m = r["metrics"]
         cells = {name: m.get(key) or {} for name, key in (("budget", "delta_recall_at_operating_budget"),

@@ -423,7 +423,7 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
 
 
 #: ``equal_cost`` defaults (conf/benchmark.yaml documents them)
-EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "min_k": 1, "max_k": 20, "n_boot": 1000}
+EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "min_k": 1, "max_k": 20, "n_boot": 1000, "operating_k": None}
 
 
 def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any], reader: Any,
@@ -456,8 +456,13 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
         if run["policy"] == BASELINE and {k: v for k, v in run["budget"].items() if k != "k"} == same_but_k:
             curves.setdefault(mode, {})[int(run["budget"]["k"])] = {r["episode_id"]: r for r in rows
                                                                      if not r.get("failed")}
-    # the curve reaches every compared run's k: topk_page's point there is that run's operating budget
-    min_k = max(int(ec["min_k"]), *(int(run["budget"]["k"]) for run, _, _ in compared))
+    # the curve reaches every compared run's operating k: topk_page's point there is that run's operating budget
+    # (its own k, or ``equal_cost.operating_k`` when k is a knob of the policies compared, e.g. entry pages
+    # read under a token budget)
+    def operating_k(run: Mapping[str, Any]) -> int:
+        return int(ec["operating_k"]) if ec.get("operating_k") is not None else int(run["budget"]["k"])
+
+    min_k = max(int(ec["min_k"]), *(operating_k(run) for run, _, _ in compared))
     with open(out / "topk_curve.jsonl", "w") as f:
         for mode in sorted({baseline_mode(m) for _, _, m in compared}):
             curve = curves.setdefault(mode, {})
@@ -471,8 +476,9 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
                     f.write(json.dumps({**row, "render_mode": mode}, default=json_default) + "\n")
     for run, rows, mode in compared:
         run["equal_cost"] = equal_cost_block(rows, curves[baseline_mode(mode)], baseline_mode(mode),
-                                             n_boot=int(ec["n_boot"]), seed=seed, k=int(run["budget"]["k"]))
-    plot_frontier(runs, curves, out / "frontier.png", frontier_title(runs), operating_k=int(base["k"]))
+                                             n_boot=int(ec["n_boot"]), seed=seed, k=operating_k(run))
+    plot_frontier(runs, curves, out / "frontier.png", frontier_title(runs),
+                  operating_k=operating_k({"budget": base}))
 
 
 def _compact_rows(path: Path, rows: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any],

@@ -194,6 +194,30 @@ def _cells(values: Iterable[Any], fmt: Callable[[Any], str] = format_cell) -> st
 # ---------------------------------------------------------------- sections
 
 
+def _controllers(columns: Sequence[tuple[Any, Any, list[Mapping[str, Any]]]]
+                 ) -> tuple[list[str], list[dict[str, Mapping[str, Any]]]]:
+    """The controllers of a table's columns in row order (the privileged upper bound last), and each column's
+    runs by controller."""
+    labels: list[str] = []
+    for _, _, rows in columns:
+        labels += [_policy_label(run) for run in rows if _policy_label(run) not in labels]
+    labels.sort(key=lambda s: s.endswith("(privileged)"))  # stable: the privileged upper bound last
+    return labels, [{_policy_label(run): run for run in rows} for _, _, rows in columns]
+
+
+def _questions_row(by_column: Sequence[Mapping[str, Mapping[str, Any]]], key: str) -> list[str]:
+    """Episodes per column and, in brackets, the questions with gold the figure ``key`` is over (``*``: under
+    30, not interpretable)."""
+    row = ["questions (with gold)"]
+    for rows in by_column:
+        cells = [figure(run, key) for run in rows.values() if _is_interval(figure(run, key))]
+        episodes = max((_metrics(run).get("episodes") or 0 for run in rows.values()), default=0)
+        gold = cells[0].get("n") if cells else None
+        small = "*" if any(c.get("interpretable") is False for c in cells) else ""
+        row.append(f"{episodes} ({gold}){small}" if gold is not None else f"{episodes}")
+    return row
+
+
 def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[str]:
     """One column per (result, dataset, split, subset, render mode of topk_page's curve), at the budget most of
     its runs played; one row per controller: its delta at the operating budget and its cost ratio."""
@@ -214,11 +238,7 @@ def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[st
     for r, (dataset, split, subset, mode, budget), _ in columns:
         label = f"{dataset} {split}" + (f" · {subset}" if subset not in (None, "all") else "")
         header.append(f"[{label}]({link(r)})")
-    labels: list[str] = []
-    for _, _, rows in columns:
-        labels += [_policy_label(run) for run in rows if _policy_label(run) not in labels]
-    labels.sort(key=lambda s: s.endswith("(privileged)"))  # stable: the privileged upper bound last
-    by_column = [{_policy_label(run): run for run in rows} for _, _, rows in columns]
+    labels, by_column = _controllers(columns)
     baselines = [lab for lab in labels if all(not _is_interval(figure(c[lab], OPERATING)) for c in by_column
                                               if lab in c)]
     def curve_mode(mode: Any, rows: list[Mapping[str, Any]]) -> str:
@@ -228,13 +248,7 @@ def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[st
 
     setting = ["budget (topk_page's render mode)"] + [f"{budget.split(' ')[0]} ({curve_mode(mode, rows)})"
                                                       for _, (*_, mode, budget), rows in columns]
-    questions = ["questions (with gold)"]
-    for rows in by_column:
-        cells = [figure(run, OPERATING) for run in rows.values() if _is_interval(figure(run, OPERATING))]
-        episodes = max((_metrics(run).get("episodes") or 0 for run in rows.values()), default=0)
-        gold = cells[0].get("n") if cells else None
-        small = "*" if any(c.get("interpretable") is False for c in cells) else ""
-        questions.append(f"{episodes} ({gold}){small}" if gold is not None else f"{episodes}")
+    questions = _questions_row(by_column, OPERATING)
     frontier = ["recall-token frontier"] + [f"[figure]({link(r).rsplit('/', 1)[0]}/{FRONTIER_FIGURE})"
                                             if (r.folder / FRONTIER_FIGURE).is_file() else "" for r, _, _ in columns]
     body = [setting, questions]
@@ -273,19 +287,9 @@ def _equal_tokens(results: Sequence[PublishedResult], link: Link) -> list[str]:
         label = f"{dataset} {split}" + (f" · {subset}" if subset not in (None, "all") else "")
         label += (f" {budget}" if len(budgets) > 1 else "") + (f" ({mode})" if len(modes) > 1 else "")
         header.append(f"[{label}]({link(r)})")
-    labels: list[str] = []
-    for _, _, rows in columns:
-        labels += [_policy_label(run) for run in rows if _policy_label(run) not in labels]
-    labels.sort(key=lambda s: s.endswith("(privileged)"))  # stable: the privileged upper bound last
-    by_column = [{_policy_label(run): run for run in rows} for _, _, rows in columns]
+    labels, by_column = _controllers(columns)
     baselines = [lab for lab in labels if all(DELTA not in _metrics(c[lab]) for c in by_column if lab in c)]
-    questions = ["questions (with gold)"]
-    for rows in by_column:
-        cells = [_metrics(run).get(DELTA) for run in rows.values() if _is_interval(_metrics(run).get(DELTA))]
-        episodes = max((_metrics(run).get("episodes") or 0 for run in rows.values()), default=0)
-        gold = cells[0].get("n") if cells else None
-        small = "*" if any(c.get("interpretable") is False for c in cells) else ""
-        questions.append(f"{episodes} ({gold}){small}" if gold is not None else f"{episodes}")
+    questions = _questions_row(by_column, DELTA)
     body = [questions]
     body += [[f"{lab}: recall · tokens"] + [_recall_tokens(_metrics(c[lab])) if lab in c else "" for c in by_column]
              for lab in baselines]

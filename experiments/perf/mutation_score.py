@@ -144,6 +144,12 @@ json.dump({n: get_diff_for_mutant(n, path=find_mutant(n).path) for n in names}, 
 """
 
 
+def changed_lines(diff: str) -> str:
+    """The removed and added lines of a mutant's diff, ``-old`` then ``+new``, joined by `` | ``."""
+    return " | ".join(line.rstrip() for line in diff.splitlines()
+                      if line.startswith(("-", "+")) and not line.startswith(("---", "+++")))
+
+
 def diffs_of(work: Path, names: list[str], env: dict) -> dict[str, str]:
     out = subprocess.run([sys.executable, "-c", DIFFS], cwd=work, env=env, input=json.dumps(names),
                          capture_output=True, text=True)
@@ -184,7 +190,7 @@ def run_module(key: str, target: Target, out: Path, workers: int, reviewed: set[
     killed = sum(c for s, c in counts.items() if s in KILLED)
     row = {"paths": list(target.paths), "tests": list(target.tests), "mutants": len(statuses), "counts": counts,
            "killed": killed, "score": round(killed / tested, 4) if tested else None, "seconds": round(seconds, 1),
-           "not_killed": [{"name": n, "status": statuses[n], "diff": diffs[n]} for n in not_killed],
+           "not_killed": [{"name": n, "status": statuses[n], "change": changed_lines(diffs[n])} for n in not_killed],
            "unreviewed": [n for n in not_killed if n not in reviewed]}
     print(f"[mutation] {key}: {killed}/{tested} killed ({100 * killed / max(tested, 1):.1f} %), "
           f"{len(not_killed)} not killed, {len(row['unreviewed'])} unreviewed, {seconds:.0f} s", flush=True)
@@ -193,9 +199,12 @@ def run_module(key: str, target: Target, out: Path, workers: int, reviewed: set[
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--modules", nargs="*", default=list(MODULES), choices=list(MODULES))
+    ap.add_argument("--modules", nargs="*", default=list(MODULES), choices=list(MODULES),
+                    help="modules to run (none with --merge: only merge)")
     ap.add_argument("--out", type=Path, default=REPO / "outputs" / "mutation_score")
     ap.add_argument("--workers", type=int, default=2, help="mutants tested at once (forked workers)")
+    ap.add_argument("--merge", nargs="*", type=Path, default=[],
+                    help="out folders of runs made in parallel: their modules join this one's results.json")
     ap.add_argument("--resume", action="store_true",
                     help="continue a module's unfinished run in its existing scratch copy (mutmut keeps results)")
     ap.add_argument("--survivors", type=Path, default=REPO / "docs" / "results" / "mutation_score" / "survivors.md",
@@ -207,6 +216,13 @@ def main(argv: list[str] | None = None) -> int:
     results_path = out / "results.json"
     previous = json.loads(results_path.read_text()).get("modules", {}) if results_path.is_file() else {}
     modules = dict(previous)
+    for folder in args.merge:
+        modules.update(json.loads((folder / "results.json").read_text())["modules"])
+    for row in modules.values():  # rows of older runs kept whole diffs; the survivors file may be newer
+        for nk in row["not_killed"]:
+            if "diff" in nk:
+                nk["change"] = changed_lines(nk.pop("diff"))
+        row["unreviewed"] = [nk["name"] for nk in row["not_killed"] if nk["name"] not in reviewed]
     for key in args.modules:
         modules[key] = run_module(key, MODULES[key], out, args.workers, reviewed, args.resume)
         write(results_path, modules)
@@ -219,8 +235,9 @@ def write(path: Path, modules: dict) -> None:
     """results.json: per module and in total; a re-run of some modules keeps the others' rows."""
     mutants = sum(m["mutants"] - m["counts"].get("skipped", 0) for m in modules.values())
     killed = sum(m["killed"] for m in modules.values())
-    tool = subprocess.run([str(Path(sys.executable).with_name("mutmut")), "--version"], capture_output=True,
-                          text=True).stdout.strip()
+    from importlib.metadata import version
+
+    tool = f"mutmut {version('mutmut')}"
     total = {"mutants": mutants, "killed": killed, "score": round(killed / mutants, 4) if mutants else None,
              "not_killed": sum(len(m["not_killed"]) for m in modules.values()),
              "unreviewed": sum(len(m["unreviewed"]) for m in modules.values())}

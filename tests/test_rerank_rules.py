@@ -10,6 +10,7 @@ trusted only when it holds the expected number of finite floats.
 from __future__ import annotations
 
 import pickle
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -257,3 +258,30 @@ def test_the_shipped_rrf_constant_is_60() -> None:
     ce = np.array([8, 0, 0, 2, 0, 13, 10, 12, 5, 12, 15, 7, 9, 19, 16, 19, 7, 13, 19, 13], dtype=float)
     assert rerank_positions(ce, "rrf").tolist() == rrf_order_by_hand(ce.tolist(), 60.0)
     assert rerank_positions(ce, "rrf").tolist() != rrf_order_by_hand(ce.tolist(), 61.0)
+
+
+def test_defaults_and_refused_settings() -> None:
+    first = get_retriever("bm25")
+    r = RerankedRetriever(first)
+    assert (r.depth, r.chunks_per_page, r.combine, r.rrf_k, r.rerank_searches, r.cache, r.cache_dir, r.checkpoint,
+            r.name, r.last_pairs, r.observed) == (10, 1, "rrf", 60.0, False, True, None, None, "hybrid_rerank", 0, {})
+    assert r.first_stage is first and r._scorer is None
+    assert (r.passages.chunk_chars, r.passages.cache) == (1000, True)
+    assert (r._chunks.name, r._chunks.per_graph) == ("retrieval.hybrid_rerank.chunks", True)
+    assert list(r.components) == ["bm25", "cross_encoder"] and r.components["bm25"] is first
+    assert r.components["cross_encoder"]._owner is r
+    w = RerankedRetriever(first, depth=1, chunks_per_page=1, chunk_chars=300, rrf_k=0.0, cache="write",
+                          cache_dir=Path("/tmp/x"), checkpoint="/ckpt", max_graphs=20, name="mine")
+    assert (w.depth, w.rrf_k, w.cache, w.cache_dir, w.checkpoint, w.name) == (1, 0.0, "write", "/tmp/x", "/ckpt", "mine")
+    assert (w.passages.chunk_chars, w.passages.cache, w._chunks.max_entries) == (300, True, 20)
+    assert RerankedRetriever(first, cache=False).passages.cache is False
+    for kw, message in [({"depth": 0}, "depth and chunks_per_page must be >= 1, got 0, 1"),
+                        ({"chunks_per_page": 0}, "depth and chunks_per_page must be >= 1, got 10, 0"),
+                        ({"combine": "max"}, "combine must be one of ('ce', 'rrf'), got 'max'"),
+                        ({"rrf_k": -1}, "rrf_k must be >= 0, got -1"),
+                        ({"cache": "sometimes"}, "cache must be true, false or 'write', got 'sometimes'")]:
+        with pytest.raises(ValueError) as err:
+            RerankedRetriever(first, **kw)
+        assert str(err.value) == message
+    with pytest.raises(TypeError, match="^first_stage must be a retriever, got str$"):
+        RerankedRetriever("bm25")

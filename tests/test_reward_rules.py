@@ -68,8 +68,12 @@ def test_gold_node_mask_marks_gold_nodes_gold_pages_and_every_node_of_page_level
     want[[0, 3, 2]] = True
     want[graph.n_pages:][graph.node_page[graph.n_pages:] == 2] = True  # page-level gold: its elements too
     assert mask.tolist() == want.tolist() and not mask[1] and not mask[graph.n_pages + 2]
-    out_of_range = _gold([(3,)], [0], [False], pages=[0, graph.n_pages], nodes=[3])
-    assert R.gold_node_mask(graph, out_of_range).nonzero()[0].tolist() == [0, 3]  # page 3 does not exist
+    out_of_range = _gold([(4,)], [0], [False], pages=[0, graph.n_pages], nodes=[4])
+    assert R.gold_node_mask(graph, out_of_range).nonzero()[0].tolist() == [0, 4]  # page 3 does not exist
+    page_node_only = _gold([(0,)], [1], [False], pages=[1], nodes=[0])  # node 0 (page 0) listed as a gold node
+    assert R.gold_node_mask(graph, page_node_only).nonzero()[0].tolist() == [0, 1]
+    page_level_edges = _gold([(0,), (2,)], [0, graph.n_pages], [True, True], pages=[], nodes=[])
+    assert R.gold_node_mask(graph, page_level_edges).nonzero()[0].tolist() == [0, 3, 4]  # page 0 and its elements
     page_only_past_end = _gold([(0,)], [graph.n_pages], [True], pages=[], nodes=[])
     assert not R.gold_node_mask(graph, page_only_past_end).any()
     assert not R.gold_node_mask(graph, _gold([(3,)], [0], [False], level="none")).any()
@@ -93,6 +97,8 @@ def test_cost_parts_are_clipped_shares_of_their_caps() -> None:
     total, parts = R.cost(5, 9, 3, R.RewardConfig(token_cap=10, w_tokens=0.2, w_ops=0.3, w_calls=0.5), 3, 6)
     assert parts == {"cost_tokens": 0.5, "cost_operations": 1.0, "cost_calls": 0.5}
     assert total == pytest.approx(0.2 * 0.5 + 0.3 * 1.0 + 0.5 * 0.5)
+    assert R.cost(99, 99, 99, R.RewardConfig(token_cap=10), 10, 10)[1] == {"cost_tokens": 1.0,
+                                                                             "cost_operations": 1.0, "cost_calls": 1.0}
     total, parts = R.cost(0, 0, 0, R.RewardConfig(token_cap=0), 0, 0)  # a zero cap divides by 1, never by 0
     assert total == 0.0 and set(parts.values()) == {0.0}
 
@@ -127,6 +133,11 @@ def test_episode_metrics_by_hand(graph) -> None:
     m = R.episode_metrics(graph, g, r, covered)
     assert m == R.episode_metrics(graph, g, r, covered, opened=opened, is_gold=R.gold_node_mask(graph, g))
     assert m["gold_known"] is True and m["element_recall"] == 0.5 and m["element_precision"] == 0.5
+    assert m["item_support"] == 0.5 and m["gold_pages_by_any_element"] == 0
+    one = _rendered(graph, [(ids[3], 10)], total=10, opened=(ids[3],))
+    assert R.episode_metrics(graph, g, one, covered)["element_precision"] == 1.0
+    edge = _gold([(3, graph.n_nodes)], [0], [False])  # a node index past the end is ignored, not read
+    assert R.episode_metrics(graph, edge, one, covered)["element_recall"] == 1.0
     assert (m["pages_rendered"], m["elements_rendered"], m["images_rendered"], m["tokens_rendered"]) == (2, 2, 0, 50)
     assert m["evidence_page_recall"] == pytest.approx(2 / 3) and m["evidence_all_covered"] is False
     none = R.episode_metrics(graph, replace(g, level="none"), r, covered)
@@ -142,6 +153,10 @@ def test_episode_metrics_by_hand(graph) -> None:
     ("mmlongbench", "1234", "1234", "Int", 1.0),
     ("longdocurl", "1234", "1234", "Integer", 1.0),
     ("unknown-bench", "1234", "1234", "Int", 1.0),
+    # pairs the benchmarks' rules score apart: the episode's own benchmark and format decide
+    ("longdocurl", "12 kg", "12", "Int", 1.0), ("mmlongbench", "12 kg", "12", "Int", 0.0),
+    ("synth", "12 kg", "12", "Int", 0.0), ("longdocurl", "3.0", "3", "Int", 0.0),
+    ("mmlongbench", "1.50", "1.5", "Float", 1.0), ("financebench", "about 12", "12", "Int", 1.0),
 ])
 def test_answer_support_scores_with_the_episodes_benchmark(benchmark, pred, gold, fmt, want) -> None:
     from mage_gym.scoring import score

@@ -61,7 +61,7 @@ MODULES: dict[str, Target] = {
                      ("tests/test_reward.py", "tests/test_reward_rules.py", "tests/test_coverage.py", "tests/test_env.py",
                       "tests/test_wrappers.py", "tests/test_render.py")),
     "coverage": Target(("mage_gym/coverage.py",),
-                       ("tests/test_coverage.py", "tests/test_item_support.py", "tests/test_reward.py",
+                       ("tests/test_coverage.py", "tests/test_coverage_rules.py", "tests/test_item_support.py", "tests/test_reward.py",
                         "tests/test_reward_rules.py", "tests/test_render.py", "tests/test_env.py")),
     "render": Target(("mage_gym/render.py",),
                      ("tests/test_render.py", "tests/test_render_rules.py", "tests/test_coverage.py", "tests/test_reward.py",

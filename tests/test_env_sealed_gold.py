@@ -161,3 +161,37 @@ def test_no_public_attribute_of_the_env_or_its_wrappers_yields_gold(pairs, rewar
     assert repr(loaded.gold) == "SealedGold(<sealed>)" and not [n for n in dir(loaded.gold) if not n.startswith("_")]
     texts = [obj for _, obj in reached if isinstance(obj, str)]
     assert all("secret-" not in t for t in [repr(env.spec), env.get_wrapper_attr("text_view")(), *texts])
+
+
+def test_the_privileged_view_carries_every_gold_field() -> None:
+    """Each field of PrivilegedView.of for a two-hop region episode, written out (the oracle and shaping read them)."""
+    from dataclasses import replace
+
+    from mage_gym.data.episode import Region
+    from mage_gym.testing import toy_episodes
+
+    base = next(p for p in toy_episodes() if p.episode.episode_id == "region")
+    g = base.graph
+    regions = (Region(page=7, bbox=(0.1, 0.21, 0.9, 0.39), type="Table"),
+               Region(page=2, bbox=(0.1, 0.01, 0.9, 0.2), type="Chart"))
+    ep = replace(base.episode, episode_id="two_hops", evidence_pages=(2, 7), evidence_regions=regions,
+                 evidence_hops=(2, 1))
+    env = _privileged_env(EnvEpisode(ep, g))
+    view = env.privileged_view()
+    items = tuple(tuple(int(v) for v in it) for it in view.items)
+    assert view.episode_id == "two_hops" and view.answerable is True and view.level == "element"
+    assert view.pages == (2, 7) and view.regions == regions and view.region_hops == (2, 1)
+    assert len(items) == 2 and all(len(it) >= 1 for it in items) and view.item_is_page == (False, False)
+    assert view.item_pages == (2, 7) and view.gold_nodes == tuple(sorted({v for it in items for v in it}))
+    assert view.gold_node_ids == tuple(g.node_ids[v] for v in view.gold_nodes)
+    assert all(nid.startswith(("toy:p7:", "toy:p2:")) for nid in view.gold_node_ids) and view.gold_known
+    single = _privileged_env(EnvEpisode(replace(ep, evidence_hops=()), g)).privileged_view()
+    assert single.region_hops == ()
+
+
+def _privileged_env(pair):
+    from mage_gym.env import MageRAGEnv
+
+    env = MageRAGEnv(episodes=[pair], query_fn=QF, K=16, retriever="bm25", privileged=True)
+    env.reset(seed=0)
+    return env

@@ -167,6 +167,9 @@ def run_module(key: str, target: Target, out: Path, workers: int, reviewed: set[
     # one thread per library: each mutant runs in a process forked from one that has used torch and onnxruntime,
     # and a thread pool started before a fork deadlocks the child (seen: workers at 0 CPU for minutes)
     env.update(OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", TOKENIZERS_PARALLELISM="false")
+    # pytest's temporary folders under the copy: the machine's shared /tmp/pytest-of-<user> is pruned by other runs
+    (work / "tmp").mkdir(exist_ok=True)
+    env["PYTEST_DEBUG_TEMPROOT"] = str(work / "tmp")
     data = Path(os.environ.get("MAGE_GYM_DATA", REPO.parent / "shared" / "data")).resolve()
     env.update(MAGE_GYM_DATA=str(data), HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", WANDB_MODE="disabled")
     log = out / f"{key.replace('/', '_')}.log"

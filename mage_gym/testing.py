@@ -215,5 +215,17 @@ def toy_episodes(n_pages: int = 8, elements_per_page: int = 5, dim: int = 16, se
     return [EnvEpisode(ep, g) for ep in eps]
 
 
-__all__ = ["HashEncoder", "HashingEncoder", "hash_query_fn", "make_large_graph", "make_toy_graph", "toy_quote_pairs",
+def rrf_order_by_hand(ce: Sequence[float], rrf_k: float) -> list[int]:
+    """Reciprocal-rank fusion written out, as the tests' independent check of the shipped reranking rule.
+
+    Position ``i`` (the first stage's rank ``i + 1``) fused with its score's rank (1 + the number of
+    higher scores; a page without text, ``-inf``, has no such term); ties keep the first stage's order.
+    """
+    finite = [c for c in ce if c != float("-inf")]
+    key = [1 / (rrf_k + i + 1) + (1 / (rrf_k + 1 + sum(o > c for o in finite)) if c != float("-inf") else 0.0)
+           for i, c in enumerate(ce)]
+    return sorted(range(len(ce)), key=lambda i: (-key[i], i))
+
+
+__all__ = ["HashEncoder", "HashingEncoder", "hash_query_fn", "make_large_graph", "make_toy_graph", "rrf_order_by_hand", "toy_quote_pairs",
            "toy_conversation", "toy_crossdoc", "graph_from_texts", "toy_episodes"]

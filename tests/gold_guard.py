@@ -10,6 +10,9 @@ from __future__ import annotations
 import contextlib
 from typing import Any, Iterator
 
+import gymnasium as gym
+import numpy as np
+
 from mage_gym.data.episode import Episode
 
 #: Episode fields that carry gold (answers, evidence) or are derived from it.
@@ -58,3 +61,72 @@ def open_gate_while_scoring(monkeypatch: Any) -> None:
             return score(*args, **kw)
 
     monkeypatch.setattr(env_module, "score_episode", gated)
+
+
+#: leaves of the public walk: values, not objects to descend into
+LEAF_TYPES = (str, bytes, int, float, bool, type(None), np.ndarray, np.generic)
+#: not descended into: classes, functions and modules (code, not this env's state), random generators
+#: (their state is compared as a whole: inside lie C pointers that differ between any two processes)
+CODE_TYPES = (type, type(len), type(lambda: 0), type(np), np.random.Generator, np.random.BitGenerator)
+
+
+def public_reach(root: Any, limit: int = 50_000) -> Iterator[tuple[str, Any]]:
+    """(path, object) for everything reachable through public attributes, container items and properties.
+
+    Nothing raised while reading an attribute is swallowed: a property that reads a guarded gold field
+    raises :class:`GoldRead`, and that is the leak this walk exists to find; any other error is a
+    broken walk, and a broken walk must not pass. A walk that would go past ``limit`` objects raises
+    too, rather than stop early and miss what lies beyond.
+    """
+    seen: set[int] = set()
+    alive: list[Any] = []  # holds what was visited, so that no id is reused by a later, transient object
+    todo: list[tuple[str, Any]] = [("env", root)]
+    while todo:
+        path, obj = todo.pop()
+        if isinstance(obj, LEAF_TYPES):  # values are not deduplicated by identity: interning varies
+            yield path, obj
+            continue
+        if id(obj) in seen:
+            continue
+        seen.add(id(obj))
+        alive.append(obj)
+        if len(seen) > limit:
+            raise RuntimeError(f"the public walk passed {limit} objects (at {path}): raise the limit")
+        yield path, obj
+        if isinstance(obj, CODE_TYPES):
+            continue
+        if isinstance(obj, dict):
+            todo += [(f"{path}[{k!r}]", v) for k, v in obj.items()]
+            continue
+        if isinstance(obj, (list, tuple, set, frozenset)):
+            todo += [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
+            continue
+        for name in dir(obj):
+            if name.startswith("_"):
+                continue
+            try:
+                value = getattr(obj, name)
+            except GoldRead as err:
+                raise GoldRead(f"{path}.{name} reads gold: {err}") from err
+            if callable(value) and not isinstance(value, (gym.Env, gym.spaces.Space)):
+                continue
+            todo.append((f"{path}.{name}", value))
+
+
+def public_leaves(root: Any) -> set:
+    """The set of plain values :func:`public_reach` finds (arrays as dtype, shape and bytes).
+
+    A set, neither a map by path nor a count: which path reaches a shared object first, and how many
+    objects share one value, depend on caches (a second env reuses the first one's templates); the set
+    of values does not.
+    """
+    out: set = set()
+    for _, obj in public_reach(root):
+        if isinstance(obj, (np.ndarray, np.generic)):
+            arr = np.asarray(obj)
+            out.add((str(arr.dtype), arr.shape, arr.tobytes()))
+        elif isinstance(obj, np.random.Generator):
+            out.add(repr(obj.bit_generator.state))
+        elif isinstance(obj, LEAF_TYPES):
+            out.add((type(obj).__name__, obj if obj == obj else "nan"))
+    return out

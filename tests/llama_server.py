@@ -21,7 +21,6 @@ Two logs, both read back by tests:
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
@@ -45,11 +44,6 @@ _TASK_FAILED = re.compile(r"send_error: task id = (\d+), error: (.*)")
 _REFUSED = re.compile(r"got exception: (\{.*\})\s*$")
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 _REPO = Path(__file__).resolve().parents[1]
-
-
-def llama_cpp_available() -> bool:
-    """Whether the real server can start here: llama.cpp's server (``xllamacpp``) is installed."""
-    return importlib.util.find_spec("xllamacpp") is not None
 
 
 def free_port() -> int:

@@ -5,7 +5,7 @@ import inspect
 
 import pytest
 
-pytest.importorskip("trl")
+import trl  # noqa: E402,F401  (the llm-train extra: a broken install fails, never skips)
 
 from mage_gym._compat import ensure_torchvision  # noqa: E402
 
@@ -16,6 +16,7 @@ from mage_gym.agent.chat_template import CHATML_TOOLS_TEMPLATE, knows_tool_calls
 from mage_gym.agent.parse import parse_message  # noqa: E402
 from mage_gym.agent.tasks import task_rows  # noqa: E402
 from mage_gym.agent.tools import TOOLS, TOOLS_BY_NAME  # noqa: E402
+from mage_gym.agent.chat_env import text_of  # noqa: E402
 from mage_gym.agent.trl_env import MageToolEnv, environment_factory  # noqa: E402
 from mage_gym.bench.synthetic import hash_query_fn  # noqa: E402
 from mage_gym.testing import toy_episodes  # noqa: E402
@@ -79,7 +80,8 @@ def test_trl_sees_the_same_tools_as_TOOLS():
 
     env = MageToolEnv(lambda: toy_chat_env())
     public = [n for n, _ in inspect.getmembers(MageToolEnv, predicate=inspect.isfunction)
-              if not n.startswith("_") and n not in ("reset", "get_reward")]
+              if not n.startswith("_") and n not in ("reset", "get_reward")
+              and "__mutmut_" not in n]  # experiments/perf/mutation_score.py's copies of the methods
     assert sorted(public) == sorted(TOOLS_BY_NAME)
     for name in public:  # what TRL renders into the prompt is exactly what SFT transcripts and evaluation render
         assert get_json_schema(getattr(env, name)) == TOOLS_BY_NAME[name]
@@ -101,3 +103,116 @@ def test_tool_env_runs_calls_as_trl_does_and_owns_the_reward():
     assert a._episode_info()["stats"] == {"tool_calls": 4.0, "format_errors": 0.0, "invalid_calls": 3.0,
                                           "stopped": 1.0}
     assert isinstance(rb, float)
+
+
+#: scripted rollouts, as TRL runs them: one tool call at a time, by name, with the model's arguments
+ROLLOUTS = [
+    [("activate", {"candidates": [1, 2]}), ("stop", {})],
+    [("search", {"query": "revenue table"}), ("activate", {"candidates": [3]}), ("stop", {}), ("stop", {})],
+    [("activate", {"candidates": [1]})],  # never stops: get_reward stops it (truncated)
+    [("open", {"ids": ["nope"]}), ("prune", {"ids": ["nope"], "reason": "x"})],
+]
+
+
+def _reference_reward(task: str, calls) -> tuple[float, dict]:
+    """The chat env's own terminal reward for the same calls, each call one reply (as TRL sends them)."""
+    env = toy_chat_env(max_candidates=16)
+    env.reset(options={"task": task})
+    total, info, done = 0.0, {}, False
+    for name, args in calls:
+        if done:
+            break
+        _, r, terminated, truncated, info = env.step([{"name": name, "arguments": dict(args)}])
+        total, done = total + r, terminated or truncated
+    if not done:
+        _, r, _, _, info = env.finish("rollout_end")
+        total += r
+    return total, info
+
+
+def test_the_reward_a_trl_rollout_reports_is_the_envs_terminal_reward():
+    """What GRPO optimises (get_reward, weight 1 in TRL) equals the env's terminal reward for the same calls."""
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25",
+                                  max_candidates=16)
+    rows = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)
+    rewards = []
+    for row, calls in zip(rows, ROLLOUTS):
+        env = factory()
+        env.reset(**row)
+        for name, args in calls:
+            getattr(env, name)(**args)
+        want, info = _reference_reward(row["task"], calls)
+        got = env.get_reward()
+        assert got == pytest.approx(want, abs=1e-12) and got == pytest.approx(info["reward_components"]["reward"])
+        assert env._episode_info()["reward_components"] == info["reward_components"]
+        rewards.append(got)
+    assert len(set(rewards)) > 1 and all(r != 0.0 for r in rewards)  # the rollouts differ; nothing is a stub 0
+
+
+def test_tool_env_counts_what_each_call_did_and_refuses_calls_outside_an_episode():
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25")
+    env = factory()
+    assert env.get_reward() == 0.0 and "episode is over" in env.stop()  # before any reset: refused, not a crash
+    assert env._episode_info()["stats"]["invalid_calls"] == 1.0
+    row = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0]
+    with pytest.raises(KeyError, match=r"^\"the dataset row has no 'task' column \(build it with mage_gym"):
+        env.reset(**{k: v for k, v in row.items() if k != "task"})
+    chat = toy_chat_env(max_candidates=16)
+    messages, _ = chat.reset(options={"task": row["task"]})
+    opening = env.reset(**row)
+    assert opening == "\n\n" + text_of([m for m in messages if m["role"] == "user"])
+    assert "Question:" in opening and not [m for m in messages if m["role"] == "system"][0]["content"] in opening
+    assert "error" in env.activate(candidates="x")  # a malformed argument: a format error
+    assert "activated" in env.activate(candidates=[1])
+    assert "unknown id" in env.open(ids=[1])  # an id nobody showed: an invalid call
+    assert "toy:p0: pruned" in env.prune(ids=["toy:p0"], reason="not needed")
+    assert "refused" in env.search(query="")  # invalid
+    assert env._episode_info()["stats"] == {"tool_calls": 5.0, "format_errors": 1.0, "invalid_calls": 2.0,
+                                            "stopped": 0.0}
+    env.reset(**row)
+    assert env._episode_info()["stats"] == {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0,
+                                            "stopped": 0.0}
+
+
+def test_environment_factory_passes_provider_settings_and_labels_the_dataset():
+    eps = [p.episode for p in toy_episodes()]
+    env = environment_factory(episodes=eps, parser="fast", max_graphs=2, query_fn=hash_query_fn(16), K=16,
+                              retriever="bm25")()
+    provider = env._env._provider
+    assert (provider.parser, provider.max_graphs) == ("fast", 2)
+    assert env._env.dataset == "mmlongbench"  # from the episodes' benchmark
+    named = environment_factory(episodes=eps, dataset="mine", query_fn=hash_query_fn(16), K=16, retriever="bm25")()
+    assert named._env.dataset == "mine"
+
+
+class _PayingChat:
+    """A chat env that pays on every step and reports no counts: what MageToolEnv must add up, not overwrite."""
+
+    def __init__(self) -> None:
+        self.finished = 0
+
+    def reset(self, options=None):
+        return [{"role": "user", "content": "state"}], {}
+
+    def step(self, calls):
+        return [{"role": "tool", "content": "ok"}], 0.25, calls[0]["name"] == "stop", False, {}
+
+    def finish(self, reason):
+        self.finished += 1
+        return [{"role": "user", "content": "end"}], 0.5, False, True, {"stop_reason": reason}
+
+
+def test_the_rollout_reward_is_the_sum_of_what_the_env_paid_and_a_rollout_ends_once():
+    chat = _PayingChat()
+    env = MageToolEnv(lambda: chat)
+    env.reset(task="t")
+    env.activate(candidates=[1])
+    env.open(ids=["a"])
+    assert env.get_reward() == pytest.approx(0.25 + 0.25 + 0.5) and env.get_reward() == pytest.approx(1.0)
+    assert chat.finished == 1 and env._episode_info()["stop_reason"] == "rollout_end"
+    assert env._episode_info()["stats"] == {"tool_calls": 2.0, "format_errors": 0.0, "invalid_calls": 0.0,
+                                            "stopped": 0.0}
+    env.reset(task="t")
+    env.search(query="q")
+    env.stop()
+    assert env.get_reward() == pytest.approx(0.5) and chat.finished == 1  # stopped by the model: no finish

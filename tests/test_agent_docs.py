@@ -65,10 +65,8 @@ def test_every_command_of_the_doc_is_one_the_tests_run():
 
 @pytest.mark.slow
 def test_the_ten_lines_against_a_real_server(corpus, monkeypatch):
-    from llama_server import LlamaServer, llama_cpp_available
+    from llama_server import LlamaServer
 
-    if not llama_cpp_available():
-        pytest.skip("llama.cpp's server is not installed")
     code = next(body for lang, body in BLOCKS if lang == "python")
     assert code.count("\n") <= 14 and "max_replies = 8" in code
     monkeypatch.setenv("MAGE_GYM_SYNTH", str(corpus))

@@ -48,7 +48,7 @@ def test_task_rows_hold_prompt_task_and_public_info_only():
 
 
 def test_task_rows_make_a_datasets_dataset():
-    datasets = pytest.importorskip("datasets")
+    import datasets
     rows = task_rows(gold_marked_pairs(), "mmlongbench")
     ds = datasets.Dataset.from_list(rows)
     assert ds.column_names == ["prompt", "task", "info"] and ds[0]["prompt"][0]["role"] == "system"
@@ -97,5 +97,5 @@ def test_oracle_transcripts_are_the_envs_messages_and_never_show_gold(tmp_path):
         assert total == pytest.approx(row["reward"])
     kept = sft_rows(rows, min_reward=0.5)
     assert kept and set(kept[0]) == {"messages", "tools"}
-    datasets = pytest.importorskip("datasets")
+    import datasets
     assert datasets.load_dataset("json", data_files=str(path), split="train").num_rows == 4

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from llama_server import LlamaServer, LoggingProxy, llama_cpp_available
+from llama_server import LlamaServer, LoggingProxy
 from tiny_models import build_tiny_causal
 
 REPO = Path(__file__).resolve().parents[1]
@@ -79,7 +79,6 @@ CI_SIZE = ["dataset.limit=1", "env.parser=fast", "policies=[llm_evaluator]", "eq
 
 
 @pytest.mark.real_data
-@pytest.mark.skipif(not llama_cpp_available(), reason="no llama.cpp server installed (bash scripts/setup_venv.sh)")
 def test_readme_paper_command_reaches_a_real_server_on_a_real_document(data_root, tmp_path) -> None:
     cmd = readme_paper_command()
     assert cmd[:4] == [".venv/bin/python", "experiments/benchmark.py", "--config-name", "paper"]

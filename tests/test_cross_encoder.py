@@ -10,7 +10,7 @@ import pytest
 from mage_gym._compat import ensure_torchvision  # noqa: E402 - before peft imports transformers
 
 ensure_torchvision()
-pytest.importorskip("peft")
+import peft  # noqa: E402,F401  (the llm-train extra: a broken install fails, never skips)
 
 from tiny_models import build_tiny_bert  # noqa: E402
 

@@ -367,7 +367,6 @@ def test_gym_make_vector_env_and_check_env():
 
 
 def test_sb3_check_env_and_maskable_ppo_smoke():
-    pytest.importorskip("sb3_contrib")
     import warnings
 
     from sb3_contrib import MaskablePPO

@@ -139,12 +139,16 @@ def test_reader_input_grows_with_the_carried_subgraph():
     """Stopping at once each turn: every turn's reader input holds the earlier turns' entry pages too."""
     env = make_env()
     env.reset(seed=0)
+    n = env.graph.n_pages
+    held = [{int(p) for p in env.state.working if p < n}]
     while True:
         _, _, term, trunc, info = env.step(0)
         if term or trunc:
             break
+        held.append({int(p) for p in env.state.working if p < n})
+    assert len(held) == 3 and held[0] < held[1] <= held[2], held  # each turn starts on the last one's pages
     toks = [t["tokens_rendered"] for t in info["metrics"]["per_turn"]]
-    assert toks[1] >= toks[0] and toks[2] >= toks[1]
+    assert toks[0] < toks[1] < toks[2], toks  # more pages, then the same pages and a longer question
 
 
 def test_gold_per_turn_is_the_turns_own_privileged_view():

@@ -55,10 +55,20 @@ def test_gold_maps_onto_each_documents_nodes_and_per_document_recall_is_reported
 
 
 def test_text_view_names_documents_and_local_pages():
-    env = make_env()
+    """Every page and candidate is shown with its own document and its page number there (1-based), not the union's."""
+    import re
+
+    env = make_env(budget={"k": 6, "m": 2, "M": 4, "T": 2, "B": 2})
     env.reset(seed=0)
-    view = env.text_view()
-    assert 'doc="A"' in view or 'doc="B"' in view
+    view, g = env.text_view(), env.graph
+    pages = [p for p in env.state.working if p < g.n_pages]
+    assert {int(g.doc_of_page[p]) for p in pages} == {0, 1}
+    for p in pages:
+        doc, local = g.doc_ids[int(g.doc_of_page[p])], int(g.local_page(p))
+        assert f'<page id="{doc}:p{local}" number="{local + 1}" doc="{doc}"' in view, (p, doc, local)
+    shown = re.findall(r'<candidate n="\d+" id="(\w+):p(\d+):e\d+" type="\w+" page="(\d+)" doc="(\w+)"', view)
+    assert shown and any(d == "B" for _, _, _, d in shown)
+    assert all(doc == d and int(num) == int(local) + 1 for doc, local, num, d in shown)
 
 
 def test_no_gold_reaches_a_policy_in_a_crossdoc_episode():

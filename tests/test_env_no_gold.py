@@ -9,6 +9,7 @@ from mage_gym.data.episode import FLAG_EMPTY_EVIDENCE, Region
 from mage_gym.env import OBSERVATION_KEYS, ActionLayout, EnvEpisode, MageRAGEnv, RoundDecision
 from mage_gym.testing import hash_query_fn, toy_episodes
 from mage_gym.wrappers import TextViewInfo
+from gold_guard import public_leaves
 
 QF = hash_query_fn(16)
 
@@ -70,3 +71,18 @@ def test_gold_fields_never_change_what_a_policy_sees():
     assert end_a["reward_components"] != end_b["reward_components"]
     for field in ("something else", "Reasoning", "Chart", FLAG_EMPTY_EVIDENCE):
         assert all(field not in x[2] for x in seen_b)
+
+
+def test_no_public_attribute_differs_between_gold_variants():
+    """Every plain value reachable through public attributes is the same whatever the gold (before the end)."""
+    envs, pairs = [], gold_variants()
+    for pair in pairs:
+        env = TextViewInfo(MageRAGEnv(episodes=[pair], query_fn=QF, K=16, observation_keys=OBSERVATION_KEYS))
+        env.reset(seed=5)
+        env.action_space.seed(0)  # the spaces' own generators start from fresh entropy in every env
+        env.observation_space.seed(0)
+        env.step(int(np.flatnonzero(env.get_wrapper_attr("action_masks")())[1]))
+        envs.append(env)
+    a, b = (public_leaves(env) for env in envs)
+    assert len(a) > 100 and ("str", pairs[0].episode.question) in a  # the walk reaches the env's properties
+    assert a - b == set() and b - a == set()

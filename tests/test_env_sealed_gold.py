@@ -10,7 +10,6 @@ and its wrappers and finds no gold object.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Iterator
 
 import gymnasium as gym
 import numpy as np
@@ -22,7 +21,7 @@ from mage_gym.data.gold import GoldEvidence
 from mage_gym.env import EnvEpisode, PrivilegedAccessError, PrivilegedView
 from mage_gym.testing import hash_query_fn
 from mage_gym.env.episodes import Gold
-from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring
+from gold_guard import GoldRead, GuardedEpisode, gate, open_gate_while_scoring, public_reach
 from mage_gym.testing import make_toy_graph
 from policies import get_policy
 from policies.llm_evaluator import CallableBackend
@@ -131,38 +130,21 @@ def test_privileged_view_only_on_a_privileged_env(pairs, reward_gate):
 
 
 GOLD_TYPES = (Episode, GoldEvidence, Gold, PrivilegedView)
-SKIP_TYPES = (str, bytes, int, float, bool, type(None), np.ndarray, np.generic, type, type(len),
-              type(lambda: 0), type(np))
 
 
-def public_reach(root: Any, limit: int = 50_000) -> Iterator[tuple[str, Any]]:
-    """(path, object) for everything reachable through public attributes, container items and properties."""
-    seen: set[int] = set()
-    todo: list[tuple[str, Any]] = [("env", root)]
-    while todo and len(seen) < limit:
-        path, obj = todo.pop()
-        if id(obj) in seen:
-            continue
-        seen.add(id(obj))
-        yield path, obj
-        if isinstance(obj, SKIP_TYPES):
-            continue
-        if isinstance(obj, dict):
-            todo += [(f"{path}[{k!r}]", v) for k, v in obj.items()]
-            continue
-        if isinstance(obj, (list, tuple, set, frozenset)):
-            todo += [(f"{path}[{i}]", v) for i, v in enumerate(obj)]
-            continue
-        for name in dir(obj):
-            if name.startswith("_"):
-                continue
-            try:
-                value = getattr(obj, name)
-            except Exception:  # noqa: BLE001 - a property that needs a reset, or raises on purpose
-                continue
-            if callable(value) and not isinstance(value, (gym.Env, gym.spaces.Space)):
-                continue
-            todo.append((f"{path}.{name}", value))
+def test_the_walk_fails_on_a_property_that_reads_gold(pairs):
+    """The walk's own check: a public property reading a guarded field is a failure, never skipped."""
+
+    class Leaky:
+        def __init__(self, episode):
+            self._episode = episode
+
+        @property
+        def answer(self) -> str:
+            return self._episode.answer
+
+    with pytest.raises(GoldRead, match=r"env\.answer reads gold"):
+        list(public_reach(Leaky(pairs[0].episode)))
 
 
 def test_no_public_attribute_of_the_env_or_its_wrappers_yields_gold(pairs, reward_gate, tmp_path):
@@ -179,3 +161,37 @@ def test_no_public_attribute_of_the_env_or_its_wrappers_yields_gold(pairs, rewar
     assert repr(loaded.gold) == "SealedGold(<sealed>)" and not [n for n in dir(loaded.gold) if not n.startswith("_")]
     texts = [obj for _, obj in reached if isinstance(obj, str)]
     assert all("secret-" not in t for t in [repr(env.spec), env.get_wrapper_attr("text_view")(), *texts])
+
+
+def test_the_privileged_view_carries_every_gold_field() -> None:
+    """Each field of PrivilegedView.of for a two-hop region episode, written out (the oracle and shaping read them)."""
+    from dataclasses import replace
+
+    from mage_gym.data.episode import Region
+    from mage_gym.testing import toy_episodes
+
+    base = next(p for p in toy_episodes() if p.episode.episode_id == "region")
+    g = base.graph
+    regions = (Region(page=7, bbox=(0.1, 0.21, 0.9, 0.39), type="Table"),
+               Region(page=2, bbox=(0.1, 0.01, 0.9, 0.2), type="Chart"))
+    ep = replace(base.episode, episode_id="two_hops", evidence_pages=(2, 7), evidence_regions=regions,
+                 evidence_hops=(2, 1))
+    env = _privileged_env(EnvEpisode(ep, g))
+    view = env.privileged_view()
+    items = tuple(tuple(int(v) for v in it) for it in view.items)
+    assert view.episode_id == "two_hops" and view.answerable is True and view.level == "element"
+    assert view.pages == (2, 7) and view.regions == regions and view.region_hops == (2, 1)
+    assert len(items) == 2 and all(len(it) >= 1 for it in items) and view.item_is_page == (False, False)
+    assert view.item_pages == (2, 7) and view.gold_nodes == tuple(sorted({v for it in items for v in it}))
+    assert view.gold_node_ids == tuple(g.node_ids[v] for v in view.gold_nodes)
+    assert all(nid.startswith(("toy:p7:", "toy:p2:")) for nid in view.gold_node_ids) and view.gold_known
+    single = _privileged_env(EnvEpisode(replace(ep, evidence_hops=()), g)).privileged_view()
+    assert single.region_hops == ()
+
+
+def _privileged_env(pair):
+    from mage_gym.env import MageRAGEnv
+
+    env = MageRAGEnv(episodes=[pair], query_fn=QF, K=16, retriever="bm25", privileged=True)
+    env.reset(seed=0)
+    return env

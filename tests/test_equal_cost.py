@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from mage_gym.bench.equal_cost import MIN_QUESTIONS, curve_arrays, delta_at_equal_cost, interpolate_at, paired_delta
+from mage_gym.bench.equal_cost import (MIN_QUESTIONS, curve_arrays, delta_at_equal_cost, delta_over_seeds,
+                                       interpolate_at, paired_delta)
 
 
 def test_interpolation_is_linear_between_neighbours_and_never_extrapolates() -> None:
@@ -13,6 +14,32 @@ def test_interpolation_is_linear_between_neighbours_and_never_extrapolates() -> 
     assert interpolate_at(200.0, cost, metric) == pytest.approx(0.4)
     assert interpolate_at(275.0, cost, metric) == pytest.approx(0.475)
     assert interpolate_at(99.0, cost, metric) is None and interpolate_at(301.0, cost, metric) is None
+
+
+def test_curve_points_whose_cost_does_not_grow_are_skipped() -> None:
+    flat = np.array([100.0, 200.0, 200.0, 300.0]), np.array([0.2, 0.4, 0.6, 0.8])  # k=2 and k=3 cost the same
+    assert interpolate_at(200.0, *flat) == pytest.approx(0.4)  # the flat stretch keeps its first point
+    assert interpolate_at(250.0, *flat) == pytest.approx(0.6)  # between (200, 0.4) and (300, 0.8); not 0.7
+    assert interpolate_at(200.0 + 1e-6, *flat) == pytest.approx(0.4, abs=1e-6)  # continuous at the flat point
+    back = np.array([100.0, 300.0, 150.0, 400.0]), np.array([0.1, 0.5, 0.2, 0.9])  # k=3 cheaper than k=2
+    assert interpolate_at(350.0, *back) == pytest.approx(0.7)  # between (300, 0.5) and (400, 0.9); not 0.725
+    assert interpolate_at(175.0, *back) == pytest.approx(0.25)
+    assert interpolate_at(400.0, *back) == pytest.approx(0.9) and interpolate_at(401.0, *back) is None
+
+
+def test_the_interval_is_none_when_more_than_half_of_the_resamples_fall_outside_the_curve() -> None:
+    """Two seeds, each inside the curve on all questions, that fall outside on opposite halves of the resamples."""
+    n, top = 10, 1000.0
+    half = np.arange(n) < 5
+    cm, cc = np.vstack([np.zeros(n), np.full(n, 0.5)]), np.vstack([np.zeros(n), np.full(n, top)])
+    pm = np.full(n, 0.4)
+    a = np.where(half, top - 1.01, top + 1.0)  # mean 999.995: outside when a resample draws < 5 of the first half
+    b = np.where(half, top + 1.0, top - 1.01)  # outside when it draws > 5
+    res = delta_over_seeds([(pm, a, cm, cc), (pm, b, cm, cc)], n_boot=1000)
+    assert res["mean"] == pytest.approx(0.4 - 0.5 * 999.995 / top)
+    assert res["lo"] is None and res["hi"] is None
+    kept = delta_over_seeds([(pm, a, cm, cc)], n_boot=1000)  # one seed alone: about 60 % of resamples inside
+    assert kept["lo"] is not None and kept["lo"] <= kept["mean"] <= kept["hi"]
 
 
 def _curve(n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:

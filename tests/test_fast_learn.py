@@ -11,7 +11,7 @@ from mage_gym.env import EnvEpisode
 from mage_gym.testing import hash_query_fn
 from mage_gym.testing import toy_quote_pairs
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 from stable_baselines3.common.callbacks import BaseCallback  # noqa: E402
 from torch.distributions import Distribution  # noqa: E402
 

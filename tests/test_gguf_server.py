@@ -15,10 +15,7 @@ import urllib.request
 
 import pytest
 
-from llama_server import LlamaServer, llama_cpp_available
-
-pytestmark = pytest.mark.skipif(not llama_cpp_available(),
-                                reason="xllamacpp is not installed (pip install 'mage-gym[llm]')")
+from llama_server import LlamaServer
 
 _NO_PROXY = urllib.request.build_opener(urllib.request.ProxyHandler({}))
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-pymupdf = pytest.importorskip("pymupdf")
+import pymupdf  # noqa: E402
 
 from mage_gym.graph.parsers import get_parser  # noqa: E402
 from mage_gym.graph.parsers import layout as layout_mod  # noqa: E402

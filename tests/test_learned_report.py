@@ -68,14 +68,19 @@ def test_the_curve_reaches_the_policys_cost_on_its_questions_with_gold() -> None
     assert needed_ks(mine, curve, max_k=20) is None
 
 
-def test_one_seed_is_exactly_the_single_run_delta() -> None:
+def test_one_seed_is_the_single_run_delta_computed_by_hand() -> None:
+    """The delta and its interval, recomputed here from the definition (np.interp on each resample's curve)."""
     rng = np.random.default_rng(0)
     cm, cc = rng.uniform(0, 1, (6, 40)), np.arange(1, 7)[:, None] * 1000.0 + rng.uniform(0, 50, (6, 40))
     pm, pc = rng.uniform(0, 1, 40), rng.uniform(2500, 3500, 40)
     one = delta_over_seeds([(pm, pc, cm, cc)], n_boot=300, seed=3)
     single = delta_at_equal_cost(pm, pc, cm, cc, n_boot=300, seed=3)
+    assert one["mean"] == pytest.approx(pm.mean() - np.interp(pc.mean(), cc.mean(axis=1), cm.mean(axis=1)))
+    idx = np.random.default_rng(3).integers(0, 40, size=(300, 40))
+    boot = [pm[i].mean() - np.interp(pc[i].mean(), cc[:, i].mean(axis=1), cm[:, i].mean(axis=1)) for i in idx]
+    assert (one["lo"], one["hi"]) == pytest.approx(tuple(np.percentile(boot, [2.5, 97.5])))
     assert (one["mean"], one["lo"], one["hi"], one["n"]) == (single["mean"], single["lo"], single["hi"], single["n"])
-    assert one["seeds"] == 1 and one["topk_at_costs"] == [single["topk_at_cost"]]
+    assert one["seeds"] == 1 and one["topk_at_costs"] == [single["topk_at_cost"]] and one["lo"] < one["hi"]
 
 
 def test_seed_mean_and_its_interval_over_questions() -> None:

@@ -22,11 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from llama_server import PAPER_MODEL, LlamaServer, LoggingProxy, llama_cpp_available
+from llama_server import PAPER_MODEL, LlamaServer, LoggingProxy
 
-pytestmark = [pytest.mark.skipif(not llama_cpp_available(),
-                                 reason="xllamacpp is not installed (pip install 'mage-gym[llm]')"),
-              pytest.mark.slow]
+pytestmark = pytest.mark.slow
 
 import mage_gym.env  # noqa: E402,F401 - registers MageRAG-v0
 from mage_gym.data.episode import Episode  # noqa: E402

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray")
+import ray  # noqa: E402
 
 from mage_gym.bench.benchmark import benchmark  # noqa: E402
 from policies import REGISTRY  # noqa: E402

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from PIL import Image
 
-from llama_server import LlamaServer, llama_cpp_available
+from llama_server import LlamaServer
 from mage_gym.readers.base import RenderedImage, RenderedInput
 from mage_gym.readers.cache import CachedReader
 from mage_gym.readers.errors import (ReaderConfigError, ReaderError, ReaderRequestError, ReaderUnavailableError,
@@ -25,8 +25,6 @@ from mage_gym.readers.errors import (ReaderConfigError, ReaderError, ReaderReque
 from mage_gym.readers.openai_compat import OpenAIReader
 from mage_gym.readers.prompt import ReaderPrompt
 
-needs_llama = pytest.mark.skipif(not llama_cpp_available(),
-                                 reason="xllamacpp is not installed (pip install 'mage-gym[llm]')")
 
 XML = ('<evidence><page id="d:p0" number="1"><element id="d:p0:e0" type="paragraph">'
        "Acme Corp had 1,234 employees at the end of 2023.</element></page></evidence>")
@@ -48,7 +46,6 @@ def llama_server(tmp_path_factory):
         yield server.base_url
 
 
-@needs_llama
 def test_reads_through_a_real_server(llama_server, tmp_path):
     reader = OpenAIReader(model="smollm2", base_url=llama_server, vision=False, max_tokens=16)
     out = reader.read(_text_input())
@@ -64,7 +61,6 @@ def test_reads_through_a_real_server(llama_server, tmp_path):
     assert reader.calls == 3  # one direct read plus two misses; the second batch never reached the server
 
 
-@needs_llama
 def test_server_killed_mid_run_gives_bounded_retries_and_a_clear_error(tmp_path):
     server = _start_llama_server(tmp_path)
     base = server.base_url

@@ -273,7 +273,6 @@ def test_the_site_carries_turns_and_documents(data, tmp_path):
 
 
 def test_union_pages_render_from_their_own_pdf(tmp_path):
-    pytest.importorskip("pymupdf")
     from mage_gym.data.synth import SynthConfig, generate_corpus, read_manifest
     from mage_gym.graph.build import build_graph
     from mage_gym.report.images import ImageOptions, ImageWriter
@@ -325,8 +324,8 @@ def _mean_abs(x, y) -> float:
 def test_conversation_page_in_chromium(data, tmp_path):
     """The episode page of a cross-document conversation runs without script errors and replays turn starts."""
     chromium, driver_bin = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
-    if not (chromium.exists() and driver_bin.exists()):
-        pytest.skip("needs Debian's chromium and chromium-driver (scripts/install_browser.sh)")
+    assert chromium.exists() and driver_bin.exists(), \
+        "needs Debian's chromium and chromium-driver: run `bash scripts/install_browser.sh` (as root)"
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

@@ -12,7 +12,7 @@ from mage_gym.env.relevance import relevance_columns, search_page_scores
 from mage_gym.retrieval import Query, get_retriever
 from mage_gym.retrieval.hybrid import HybridRetriever
 from mage_gym.retrieval.rerank import RerankedRetriever, ScoreStore
-from mage_gym.testing import make_toy_graph
+from mage_gym.testing import make_toy_graph, rrf_order_by_hand
 
 QF = hash_query_fn(16)
 
@@ -68,6 +68,36 @@ def test_rrf_combination_and_passage_choice() -> None:
         _reranker(combine="max")
     with pytest.raises(ValueError):
         _reranker(depth=0)
+
+
+def test_rrf_is_pinned_where_the_first_stage_and_the_fused_order_differ() -> None:
+    from mage_gym.retrieval.rerank import rerank_positions
+
+    ce = [0.1, 0.5, 0.9, 0.3]  # the first stage's order is 0, 1, 2, 3; the cross-encoder's alone 2, 1, 3, 0
+    assert rerank_positions(np.array(ce), "rrf", 0.0).tolist() == [2, 0, 1, 3]  # 1.333, 1.25, 1.0, 0.583
+    assert rerank_positions(np.array(ce), "rrf", 60.0).tolist() == [2, 1, 0, 3]
+    assert rerank_positions(np.array(ce), "ce").tolist() == [2, 1, 3, 0]
+    assert rrf_order_by_hand(ce, 0.0) == [2, 0, 1, 3] and rrf_order_by_hand(ce, 60.0) == [2, 1, 0, 3]
+    # a page without text ranks last in both rules; equal scores keep the first stage's order
+    assert rerank_positions(np.array([-np.inf, 0.2, 0.7]), "rrf", 60.0).tolist() == [2, 1, 0]
+    assert rerank_positions(np.array([-np.inf, 0.2, 0.7]), "ce").tolist() == [2, 1, 0]
+    assert rerank_positions(np.array([0.4, 0.4, 0.4]), "rrf", 60.0).tolist() == [0, 1, 2]
+    assert rrf_order_by_hand([-np.inf, 0.2, 0.7], 60.0) == [2, 1, 0] and rrf_order_by_hand([0.4] * 3, 60.0) == [0, 1, 2]
+
+
+def test_the_retriever_orders_its_top_pages_by_rrf_not_by_the_first_stage() -> None:
+    g = make_toy_graph(n_pages=10, elements_per_page=4, dim=16)
+    q = QF("asia margin")
+    moved = 0
+    for word in ("risk", "asia", "revenue", "margin"):
+        r = _reranker(word, depth=6, chunks_per_page=2, combine="rrf", rrf_k=0.0)
+        first = HybridRetriever().score(g, q).pages.astype(np.float64)
+        top = np.lexsort((np.arange(g.n_pages), -first))[:6].tolist()
+        ce = r.page_scores(g, q, top).tolist()
+        got = np.lexsort((np.arange(g.n_pages), -r.score(g, q).pages.astype(np.float64)))[:6].tolist()
+        assert got == [top[i] for i in rrf_order_by_hand(ce, 0.0)], word
+        moved += got != top
+    assert moved >= 2, "the fused order differs from the first stage's on these queries"
 
 
 def test_passages_come_best_cosine_first_so_fewer_per_page_are_a_prefix() -> None:

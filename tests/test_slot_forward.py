@@ -9,7 +9,7 @@ import mage_gym.env  # noqa: F401 - registers MageRAG-v0
 from mage_gym.testing import hash_query_fn
 from mage_gym.testing import toy_quote_pairs
 
-torch = pytest.importorskip("torch")
+import torch  # noqa: E402
 from sb3_contrib.common.maskable.policies import MaskableMultiInputActorCriticPolicy  # noqa: E402
 from stable_baselines3.common.utils import obs_as_tensor  # noqa: E402
 

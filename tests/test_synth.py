@@ -212,10 +212,26 @@ def test_near_duplicate_distractors_on_other_pages(episodes: list[Episode], layo
     assert relations["other_year"] and relations["other_entity"]
 
 
-def test_no_distractors_scheduled_at_zero_density(tmp_path: Path) -> None:
-    cfg = SynthConfig(min_pages=8, max_pages=8, questions_per_doc=6, distractor_density=0.0)
-    res = generate_document(tmp_path, 0, 3, cfg)
-    assert res.n_pages == 8 and res.episodes
+def test_no_distractors_scheduled_at_zero_density(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Near-duplicates queued for later pages: none at density 0, some at density 1 (same seed)."""
+    from mage_gym.data.synth.planner import Planner
+
+    schedule, queued = Planner._schedule_near_duplicates, []
+
+    def counted(self, key, now):  # noqa: ANN001
+        before = len(self._pending)
+        schedule(self, key, now)
+        queued.append(len(self._pending) - before)
+
+    monkeypatch.setattr(Planner, "_schedule_near_duplicates", counted)
+    per_density = {}
+    for density in (0.0, 1.0):
+        queued.clear()
+        cfg = SynthConfig(min_pages=8, max_pages=8, questions_per_doc=6, distractor_density=density)
+        res = generate_document(tmp_path / str(density), 0, 3, cfg)
+        assert res.n_pages == 8 and res.episodes and queued, "facts were drawn, so scheduling was asked"
+        per_density[density] = sum(queued)
+    assert per_density[0.0] == 0 and per_density[1.0] > 0
 
 
 # --- IO ------------------------------------------------------------------------------------
@@ -258,7 +274,6 @@ def test_config_validation() -> None:
 
 
 def test_fast_parser_sees_what_was_drawn(corpus: Path, layouts: dict[str, dict]) -> None:
-    pytest.importorskip("mage_gym.graph.build")
     from mage_gym.data.synth.parse_check import REQUIRED_TYPES, check_document
 
     doc = read_manifest(corpus)["docs"][0]
@@ -273,7 +288,6 @@ def test_fast_parser_sees_what_was_drawn(corpus: Path, layouts: dict[str, dict])
 
 def test_gold_resolves_to_parsed_elements(corpus: Path, episodes: list[Episode]) -> None:
     """Every gold region lands on graph element nodes (no page fallback) with the fast parser."""
-    pytest.importorskip("mage_gym.graph.build")
     from mage_gym.data.gold import resolve_gold_detailed
     from mage_gym.graph.build import build_graph
 

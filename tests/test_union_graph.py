@@ -27,7 +27,6 @@ SEMANTIC = EDGE_KINDS.index("semantic")
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    pytest.importorskip("pymupdf")
     from mage_gym.data.synth import SynthConfig, generate_corpus
 
     root = tmp_path_factory.mktemp("union_synth")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import multiprocessing as mp
+import subprocess
 import time
 from concurrent.futures import ProcessPoolExecutor
 
@@ -15,11 +16,12 @@ def _pool(n: int = 2) -> ProcessPoolExecutor:
 
 
 def test_wait_all_returns_results_in_submission_order():
+    """Tasks that finish in another order than submitted (the first sleeps longest) come back as submitted."""
     pool = _pool()
     try:
-        futs = [pool.submit(time.sleep, d) for d in (0.3, 0.0, 0.1)]
+        futs = [pool.submit(subprocess.getoutput, f"sleep {d}; echo {i}") for i, d in enumerate((0.8, 0.0, 0.3))]
         seen = []
-        assert workers.wait_all(futs, on_done=seen.append) == [None, None, None]
+        assert workers.wait_all(futs, on_done=seen.append) == ["0", "1", "2"]
         assert sorted(map(id, seen)) == sorted(map(id, futs))
     finally:
         pool.shutdown()

@@ -38,10 +38,14 @@ class MageToolEnv:
 
     def __init__(self, make_env: Callable[[], MageChatEnv]) -> None:
         self._env = make_env()
-        self._done = True
+        self._done = True  # no episode yet: a call is refused (counted) until reset
         self._reward = 0.0
         self._info: dict[str, Any] = {}
-        self._stats: dict[str, float] = {}
+        self._stats: dict[str, float] = self._new_stats()
+
+    @staticmethod
+    def _new_stats() -> dict[str, float]:
+        return {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0, "stopped": 0.0}
 
     def reset(self, **row: Any) -> str:
         """Start the row's task (its ``task`` column); returns the opening state for the prompt."""
@@ -50,7 +54,7 @@ class MageToolEnv:
             raise KeyError("the dataset row has no 'task' column (build it with mage_gym.agent.task_dataset)")
         messages, info = self._env.reset(options={"task": task})
         self._done, self._reward, self._info = False, 0.0, dict(info)
-        self._stats = {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0, "stopped": 0.0}
+        self._stats = self._new_stats()
         user = [m for m in messages if m["role"] == "user"]
         return _with_images("\n\n" + text_of(user), user)
 

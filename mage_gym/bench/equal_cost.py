@@ -51,20 +51,17 @@ def interpolate_at(cost: float, curve_cost: np.ndarray, curve_metric: np.ndarray
     """The curve's metric at ``cost`` by linear interpolation between neighbouring points; None outside it.
 
     ``curve_cost`` / ``curve_metric`` are means per k, in increasing k. The
-    cost is assumed to grow with k (more pages, more tokens); points that do
-    not grow are skipped rather than guessed.
+    cost is assumed to grow with k (more pages, more tokens); a point whose
+    cost does not exceed every earlier point's is skipped rather than guessed
+    (so a flat stretch keeps its first point, and the curve stays continuous).
     """
     c = np.asarray(curve_cost, dtype=float)
     m = np.asarray(curve_metric, dtype=float)
     if c.size == 0 or not np.isfinite(cost) or cost < c[0] - 1e-9 or cost > c.max() + 1e-9:
         return None
-    for j in range(len(c)):
-        if abs(c[j] - cost) <= 1e-9:
-            return float(m[j])
-        if j + 1 < len(c) and c[j] <= cost <= c[j + 1] and c[j + 1] > c[j]:
-            w = (cost - c[j]) / (c[j + 1] - c[j])
-            return float((1 - w) * m[j] + w * m[j + 1])
-    return None
+    grows = np.ones(len(c), dtype=bool)
+    grows[1:] = c[1:] > np.maximum.accumulate(c)[:-1]
+    return float(np.interp(cost, c[grows], m[grows]))
 
 
 def cost_to_reach(metric: float, curve_cost: np.ndarray, curve_metric: np.ndarray) -> float | None:

@@ -72,8 +72,10 @@ def test_cost_to_reach_inverts_the_curve_and_evidence_beyond_it_has_no_ratio() -
         assert interpolate_at(need, c, m) == pytest.approx(target)
     assert cost_to_reach(0.5, c, m) == pytest.approx(1500.0)
     assert cost_to_reach(0.71, c, m) is None
-    # a curve point whose cost does not grow is reached at its own cost, not interpolated backwards
-    assert cost_to_reach(0.5, np.array([0.0, 1000.0, 800.0]), np.array([0.0, 0.4, 0.6])) == 800.0
+    # a curve point whose cost does not exceed every earlier one is skipped, as interpolate_at skips it
+    assert cost_to_reach(0.5, np.array([0.0, 1000.0, 800.0]), np.array([0.0, 0.4, 0.6])) is None
+    assert cost_to_reach(0.5, np.array([0.0, 1000.0, 1000.0, 2000.0]), np.array([0.0, 0.4, 0.9, 0.6])) == (
+        pytest.approx(1500.0))
     # the first point that reaches the target counts, even if a later one dips
     assert cost_to_reach(0.5, np.array([0.0, 1000.0, 2000.0]), np.array([0.0, 0.6, 0.5])) == pytest.approx(
         1000.0 * 0.5 / 0.6)

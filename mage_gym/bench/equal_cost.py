@@ -56,33 +56,36 @@ def interpolate_at(cost: float, curve_cost: np.ndarray, curve_metric: np.ndarray
     (so a flat stretch keeps its first point, and the curve stays continuous).
     """
     c = np.asarray(curve_cost, dtype=float)
-    m = np.asarray(curve_metric, dtype=float)
     if c.size == 0 or not np.isfinite(cost) or cost < c[0] - 1e-9 or cost > c.max() + 1e-9:
         return None
+    c, m = kept_points(c, curve_metric)
+    return float(np.interp(cost, c, m))
+
+
+def kept_points(curve_cost: np.ndarray, curve_metric: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The curve's points in k order without those whose cost does not exceed every earlier point's: the
+    piecewise-linear curve both :func:`interpolate_at` and :func:`cost_to_reach` read."""
+    c = np.asarray(curve_cost, dtype=float)
+    m = np.asarray(curve_metric, dtype=float)
     grows = np.ones(len(c), dtype=bool)
     grows[1:] = c[1:] > np.maximum.accumulate(c)[:-1]
-    return float(np.interp(cost, c[grows], m[grows]))
+    return c[grows], m[grows]
 
 
 def cost_to_reach(metric: float, curve_cost: np.ndarray, curve_metric: np.ndarray) -> float | None:
     """The least cost at which the interpolated curve reaches ``metric``; None when it never does.
 
-    The inverse of :func:`interpolate_at` on the same piecewise-linear curve:
-    the first point at or above ``metric`` is found in increasing k, and the
-    cost is interpolated on the segment that climbs to it; a point whose
-    cost does not grow over the one before is reached at its own cost.
-    Reaching the curve's first point needs that point's cost.
+    The inverse of :func:`interpolate_at` on the same piecewise-linear curve (:func:`kept_points`): the first
+    point at or above ``metric`` is found in increasing k, and the cost is interpolated on the segment that
+    climbs to it. Reaching the curve's first point needs that point's cost.
     """
-    c = np.asarray(curve_cost, dtype=float)
-    m = np.asarray(curve_metric, dtype=float)
-    if c.size == 0 or not np.isfinite(metric):
+    if np.asarray(curve_cost).size == 0 or not np.isfinite(metric):
         return None
+    c, m = kept_points(curve_cost, curve_metric)
     if m[0] >= metric - 1e-12:
         return float(c[0])
     for j in range(1, len(c)):
         if m[j] >= metric - 1e-12:  # the first point that reaches it; the one before does not
-            if c[j] <= c[j - 1]:
-                return float(c[j])
             w = (metric - m[j - 1]) / (m[j] - m[j - 1])
             return float(c[j - 1] + w * (c[j] - c[j - 1]))
     return None

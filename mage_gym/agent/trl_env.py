@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from mage_gym.agent.chat_env import MageChatEnv, text_of
+from mage_gym.agent.prompts import user_intro
 
 
 class MageToolEnv:
@@ -37,6 +38,7 @@ class MageToolEnv:
         self._reward = 0.0
         self._info: dict[str, Any] = {}
         self._stats: dict[str, float] = {}
+        self._calls = 0
 
     def reset(self, **row: Any) -> str:
         """Start the row's task (its ``task`` column); returns the opening state for the prompt."""
@@ -46,13 +48,22 @@ class MageToolEnv:
         messages, info = self._env.reset(options={"task": task})
         self._done, self._reward, self._info = False, 0.0, dict(info)
         self._stats = {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0, "stopped": 0.0}
-        return "\n\n" + text_of([m for m in messages if m["role"] == "user"])
+        self._calls = 0
+        text = text_of([m for m in messages if m["role"] == "user"])
+        intro = user_intro(self._env.view.question)  # the row's prompt already opens with it (task_rows)
+        if text.startswith(intro):
+            text = text[len(intro):].lstrip("\n")
+        return "\n\n" + text
 
     def _call(self, name: str, arguments: Mapping[str, Any]) -> str:
         if self._done:
             self._stats["invalid_calls"] += 1
             return f"{name}: not run: the episode is over"
-        messages, reward, terminated, truncated, info = self._env.step([{"name": name, "arguments": dict(arguments)}])
+        # with an id the call is structured: its result comes back as a ``tool`` message, worded as in the
+        # transcripts SFT trains on (mage_gym.agent.transcripts), so warm start and RL see one format
+        self._calls += 1
+        call = {"id": f"call_{self._calls}", "name": name, "arguments": dict(arguments)}
+        messages, reward, terminated, truncated, info = self._env.step([call])
         self._reward += reward
         self._info = dict(info)
         self._stats["tool_calls"] += 1

@@ -1,0 +1,148 @@
+"""Teachers through the chat, one format from transcripts to GRPO to benchmark, and the LoRA controller's files.
+
+- a step-level teacher's ``"search"`` becomes ``search(<the question>)`` when the env allows a search, else
+  ``stop``; the oracle searches or makes room when no gold is listed;
+- the TRL env's opening state does not repeat the prompt's intro, and its results come back worded as in the
+  transcripts (``tool`` turns);
+- a model's text reply becomes structured tool calls only when every call in it parses;
+- two LoRA adapters stacked into one (rank r1 + r2) give the same model as applying them in turn, and a reader
+  built on an adapter folder loads its base with the adapter merged.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent_helpers import toy_chat_env
+
+
+def test_a_search_choice_becomes_a_search_of_the_question_or_a_stop() -> None:
+    from mage_gym.agent.transcripts import step_actor
+
+    env = toy_chat_env(numeric_obs_in_info=True)
+    messages, info = env.reset(options={"task": str(env.task_id(env.episode_ids[0]))})
+    actor = step_actor(env, lambda obs, mask: "search")
+    reply = actor(messages, info)
+    assert reply["name"] == "search" and reply["arguments"]["query"] == env.view.question
+    no_search = dict(info, action_mask=np.asarray(info["action_mask"]).copy())
+    from mage_gym.env.actions import ActionLayout, Op
+
+    layout = ActionLayout(int(env.inner.get_wrapper_attr("K")))
+    layout.block(no_search["action_mask"], Op.SEARCH)[:] = False
+    assert actor(messages, no_search)["name"] == "stop"
+    with pytest.raises(ValueError):
+        step_actor(env, lambda obs, mask: "jump")(messages, info)
+
+
+def test_the_oracle_reaches_unlisted_gold_through_the_chat() -> None:
+    """With one candidate listed, gold is rarely listed: the oracle prunes or searches instead of stopping."""
+    from mage_gym.agent.transcripts import record_episode
+    from mage_gym.bench.chat import policy_actor
+    from policies import REGISTRY
+
+    env = toy_chat_env(numeric_obs_in_info=True, privileged=True, max_candidates=1)
+    actor, privileged = policy_actor(env, "oracle", {}, REGISTRY)
+    assert privileged
+    names, recalls = [], []
+    for eid in env.episode_ids:
+        t = record_episode(env, actor, task=str(env.task_id(eid)))
+        names += [c["function"]["name"] for m in t.messages if m["role"] == "assistant" for c in m["tool_calls"]]
+        recalls.append(t.metrics.get("evidence_page_recall"))
+    assert {"search", "prune"} & set(names), names
+    assert t.invalid_calls == 0 and t.format_errors == 0
+
+
+def test_the_trl_env_opens_without_repeating_the_intro_and_answers_as_the_transcripts_do() -> None:
+    from mage_gym.agent.tasks import task_rows
+    from mage_gym.agent.trl_env import MageToolEnv
+    from mage_gym.testing import toy_episodes
+
+    env = MageToolEnv(lambda: toy_chat_env())
+    row = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0]
+    opening = env.reset(**row)
+    prompt = row["prompt"][-1]["content"] + opening
+    chat = toy_chat_env()
+    first, _ = chat.reset(options={"task": row["task"]})
+    assert prompt == first[1]["content"]  # exactly the user message the transcripts hold
+    text = env.activate([1])
+    out, *_ = chat.step({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "activate", "arguments": {"candidates": [1]}}}]})
+    assert out[0]["role"] == "tool" and text == out[0]["content"]
+
+
+def test_text_replies_become_structured_only_when_every_call_parses() -> None:
+    from mage_gym.agent.rollout import as_structured
+
+    good = '<tool_call>{"name": "activate", "arguments": {"candidates": [2]}}</tool_call>'
+    msg = as_structured(good, 3)
+    assert msg["tool_calls"][0]["id"] == "call_3_0"
+    assert msg["tool_calls"][0]["function"] == {"name": "activate", "arguments": {"candidates": [2]}}
+    bad = good + '<tool_call>{"name": "fly"}</tool_call>'
+    assert as_structured(bad, 0) == bad
+    assert as_structured("no call", 0) == "no call"
+
+
+def _random_adapter(model, folder: Path, seed: int, r: int) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    peft = get_peft_model(model, LoraConfig(r=r, lora_alpha=3 * r, target_modules="all-linear", task_type="CAUSAL_LM"))
+    torch.manual_seed(seed)
+    for name, p in peft.named_parameters():
+        if "lora_" in name:
+            p.data.normal_(0, 0.2)
+    peft.save_pretrained(str(folder))
+
+
+def test_two_adapters_stacked_equal_applying_them_in_turn(tmp_path: Path) -> None:
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.agent.adapters import read_config, stack
+
+    base_dir = build_tiny_chat_model(tmp_path / "base")
+    load = lambda: AutoModelForCausalLM.from_pretrained(base_dir)  # noqa: E731
+    _random_adapter(load(), tmp_path / "a1", seed=1, r=2)
+    merged = PeftModel.from_pretrained(load(), str(tmp_path / "a1")).merge_and_unload()
+    _random_adapter(merged, tmp_path / "a2", seed=2, r=3)
+    ids = torch.tensor([[5, 9, 17, 33, 2, 41]])
+    turn = PeftModel.from_pretrained(PeftModel.from_pretrained(load(), str(tmp_path / "a1")).merge_and_unload(),
+                                     str(tmp_path / "a2")).merge_and_unload()
+    stack(tmp_path / "a1", tmp_path / "a2", tmp_path / "both", dtype="float32")
+    assert read_config(tmp_path / "both")["r"] == 5
+    both = PeftModel.from_pretrained(load(), str(tmp_path / "both")).merge_and_unload()
+    with torch.no_grad():
+        want, got, plain = turn(ids).logits, both(ids).logits, load()(ids).logits
+    assert torch.allclose(want, got, atol=1e-4)
+    assert not torch.allclose(want, plain, atol=1e-3)  # the adapters do change the model
+
+
+def test_a_reader_on_an_adapter_folder_loads_its_base_with_the_adapter(tmp_path: Path) -> None:
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.readers.hf import HFReader
+
+    base_dir = build_tiny_chat_model(tmp_path / "base")
+    _random_adapter(AutoModelForCausalLM.from_pretrained(base_dir), tmp_path / "ad", seed=3, r=2)
+    cfg = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "../base"  # relative to the adapter's folder
+    (tmp_path / "ad" / "adapter_config.json").write_text(json.dumps(cfg))
+    plain, adapted = HFReader(str(base_dir)), HFReader(str(tmp_path / "ad"))
+    assert adapted.model_dir == base_dir.resolve() and adapted.model_id != plain.model_id
+    ids = torch.tensor([[5, 9, 17]])
+    with torch.no_grad():
+        a, b = plain.load().model(ids).logits, adapted.load().model(ids).logits
+    assert not torch.allclose(a, b, atol=1e-3)

@@ -88,14 +88,23 @@ def _report_to(c: Mapping[str, Any], out: Path) -> str:
     return "wandb"
 
 
-def _peft_config(c: Mapping[str, Any]) -> Any:
+def _peft_config(c: Mapping[str, Any], model_config: Any = None) -> Any:
     lora = section(c, "lora")
     if not lora.get("enabled"):
         return None
     from peft import LoraConfig
 
+    layers = lora.get("last_layers")
+    extra: dict[str, Any] = {"target_modules": "all-linear"}
+    if layers:  # only the top layers adapt: backward stops below them (half the CPU cost of a whole-model LoRA)
+        n = int(model_config.num_hidden_layers)
+        extra = {"target_modules": list(LLAMA_LINEAR), "layers_to_transform": list(range(max(0, n - int(layers)), n))}
     return LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)), task_type="CAUSAL_LM",
-                      target_modules="all-linear", lora_dropout=float(lora.get("dropout", 0.0)))
+                      lora_dropout=float(lora.get("dropout", 0.0)), **extra)
+
+
+#: the linear layers of a Llama-style block (SmolLM2, Qwen): what ``all-linear`` adapts, named for ``last_layers``
+LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
 def _callbacks(c: Mapping[str, Any]) -> list[Any]:
@@ -164,10 +173,11 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
         learning_rate=float(c["learning_rate"]), logging_steps=1, report_to=report_to, **_checkpointing(c),
         use_cpu=c.get("device", "cpu") == "cpu", bf16=_bf16(c), seed=int(c.get("seed", 0)),
         use_vllm=bool(g.get("use_vllm", False)), vllm_mode=g.get("vllm_mode", "colocate"),
+        gradient_checkpointing=bool(c.get("gradient_checkpointing", False)),
         dataloader_num_workers=0, reward_weights=[0.0], run_name=out.name)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, train_dataset=Dataset.from_list(rows),
                           reward_funcs=[env_metrics], environment_factory=environment_factory(episodes=episodes, **kw),
-                          peft_config=_peft_config(c), callbacks=callbacks)
+                          peft_config=_peft_config(c, model.config), callbacks=callbacks)
     if heldout is not None:
         heldout.trainer = trainer
     trainer.train(resume_from_checkpoint=_resume_from(out, c))
@@ -251,9 +261,10 @@ def train_sft(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repor
         lr_scheduler_type=s.get("scheduler", "linear"), warmup_steps=int(s.get("warmup_steps", 0)),
         use_cpu=c.get("device", "cpu") == "cpu", bf16=_bf16(c), seed=int(c.get("seed", 0)),
         max_length=int(s.get("max_length", 4096)), assistant_only_loss=bool(s.get("assistant_only_loss", True)),
-        dataloader_num_workers=0, run_name=out.name)
+        gradient_checkpointing=bool(c.get("gradient_checkpointing", False)), dataloader_num_workers=0,
+        run_name=out.name)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         peft_config=_peft_config(c), callbacks=_callbacks(c))
+                         peft_config=_peft_config(c, model.config), callbacks=_callbacks(c))
     trainer.train(resume_from_checkpoint=_resume_from(out, c))
     return trainer
 

@@ -474,4 +474,21 @@ class LLMControllerPolicy(LLMEvaluatorPolicy):
                  **kw: Any) -> None:
         super().__init__(backend=backend, cache=cache, protocol=protocol, fallback=fallback,
                          chat={**CONTROLLER_CHAT, **dict(chat or {})}, **kw)
+        if getattr(self.backend, "reader_name", None) == "hf":  # in process: replies reuse the conversation's cache
+            self.backend.chat = self._local_chat
+        self._local: Any = None
+
+    def _local_chat(self, messages: list[dict[str, Any]]) -> str:
+        """A reply from the local model, the prompt rendered as in training (the tool template, tools listed)."""
+        from mage_gym.agent.chat_template import CHATML_TOOLS_TEMPLATE
+        from mage_gym.agent.rollout import LocalChatModel
+
+        if self._local is None:
+            loaded = self.backend.reader.load()
+            own = getattr(loaded.tokenizer, "chat_template", None) or ""
+            self._local = LocalChatModel(loaded.model, loaded.tokenizer,
+                                         max_new_tokens=int(self.backend.reader.max_new_tokens),
+                                         template=None if "tool_calls" in own else CHATML_TOOLS_TEMPLATE)
+        with self.backend.reader.load().lock:
+            return self._local.reply(messages)
 

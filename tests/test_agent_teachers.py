@@ -146,3 +146,25 @@ def test_a_reader_on_an_adapter_folder_loads_its_base_with_the_adapter(tmp_path:
     with torch.no_grad():
         a, b = plain.load().model(ids).logits, adapted.load().model(ids).logits
     assert not torch.allclose(a, b, atol=1e-3)
+
+
+def test_replies_reusing_the_conversations_cache_equal_fresh_ones(tmp_path: Path) -> None:
+    """A multi-turn episode played with the prefix cache gives the same greedy replies as without it."""
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.agent.rollout import LocalChatModel, play_task
+
+    folder = build_tiny_chat_model(tmp_path / "m", teach='<tool_call>{"name": "activate", "arguments": '
+                                                          '{"candidates": [1]}}</tool_call>', steps=40)
+    model, tok = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    outcomes = []
+    for reuse in (True, False):
+        env = toy_chat_env()
+        player = LocalChatModel(model, tok, max_new_tokens=24, reuse_prefix=reuse)
+        outcomes.append([play_task(env, player, str(env.task_id(e)), max_replies=3) for e in env.episode_ids[:2]])
+    assert outcomes[0] == outcomes[1]
+    assert any(o["replies"] > 1 for o in outcomes[0])  # later turns did reuse a cached prefix

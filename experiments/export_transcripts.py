@@ -27,6 +27,7 @@ from omegaconf import DictConfig
 
 from mage_gym.bench.config import exit_on_config_error, plain, quiet_libraries, run_dir, section, set_threads
 from mage_gym.bench.chat import chat_episodes, make_chat_env, policy_actor
+from mage_gym.bench.results import budget_dict
 from policies import REGISTRY
 
 
@@ -61,7 +62,7 @@ def main(cfg: DictConfig) -> None:
     calls = [sum(len(m.get("tool_calls") or []) for m in t.messages if m["role"] == "assistant") for t in transcripts]
     summary = {
         "kind": "transcripts", "policy": name, "privileged": privileged, "dataset": c["dataset"],
-        "budget": dict(c["env"]["budget"]), "chat": section(c, "chat"), "episodes": n, "path": str(path),
+        "budget": budget_dict(c["env"]["budget"]), "chat": section(c, "chat"), "episodes": n, "path": str(path),
         "mean_reward": sum(t.reward for t in transcripts) / max(1, n),
         "mean_tool_calls": sum(calls) / max(1, n),
         "stopped_by_policy": sum(t.terminated for t in transcripts) / max(1, n),

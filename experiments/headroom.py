@@ -18,13 +18,14 @@ state through its own transition; the two-step search is capped by
 its chance level (:mod:`mage_gym.bench.headroom` defines each).
 
 ``sources`` (on by default) splits the oracle's headroom by where it comes
-from, at equal tokens against topk_page (:mod:`mage_gym.bench.headroom_sources`):
+from, against topk_page at its operating budget, by cost at equal recall and
+at equal tokens (:mod:`mage_gym.bench.headroom_sources`):
 reranking oracles over the top N retrieved pages (``rerank@N``,
 ``rerank_stop@N``), a granularity oracle (same pages, gold-bearing elements
 instead of whole pages) beside the non-privileged ``topk_elements`` baseline
 it implies (played through the env at each ``sources.topk_elements_n_open``),
 adaptive-stop oracles (``adaptive_stop@C``) and the navigating oracle; each
-with its delta at equal tokens and 95 % interval, over all questions, per
+with its three figures and 95 % intervals, over all questions, per
 split and over the questions with element-level gold; plus element recall
 where element-level gold exists. Writes ``results.json``::
 
@@ -39,6 +40,9 @@ where element-level gold exists. Writes ``results.json``::
                            "slot_search": {width, max_pairs, episodes, capped_episodes, mean_states_1, ...},
                            "sources": {"all" | "train" | "val" | "test" | "element_gold": {
                                "questions", "curve_ks", "sources": {name: {"questions", "recall", "tokens", "pages",
+                                   "delta_recall_at_operating_budget": {mean, lo, hi, n, interpretable, k,
+                                                                        budget_cost, overspent, ...},
+                                   "cost_ratio_recall_at_equal_evidence": {mean, lo, hi, ..., above_curve},
                                    "delta_recall_at_equal_tokens": {mean, lo, hi, n, interpretable, ...}}},
                                "element_gold_questions", "element_recall": {"element_recall@m", ...}}},
                            ...}}]}
@@ -137,7 +141,7 @@ def main(cfg: DictConfig) -> None:
             env_el.close()
         metrics = aggregate(measured, kinds)
         if with_sources:
-            metrics["sources"] = report_sources(figures, played, seed=seed)
+            metrics["sources"] = report_sources(figures, played, seed=seed, k=k)
         runs.append({"dataset": ds["name"], "split": ds.get("split", "all"), "budget": budget, "privileged": True,
                      "metrics": metrics})
         m = runs[-1]["metrics"]
@@ -151,10 +155,12 @@ def main(cfg: DictConfig) -> None:
                   f"{m['slot_chance_0']['any']} / {m['slot_chance_1']['any']} / {m['slot_chance_2']['any']}")
         if with_sources:
             for name, src in m["sources"]["all"]["sources"].items():
+                op, ratio = src["delta_recall_at_operating_budget"], src["cost_ratio_recall_at_equal_evidence"]
                 d = src["delta_recall_at_equal_tokens"]
-                print(f"    {name:20s} recall {src['recall']:.3f} at {src['tokens']:7.0f} tokens: delta at equal tokens "
-                      + ("outside topk_page's curve" if d["mean"] is None else
-                         f"{d['mean']:+.3f} [{_fmt(d['lo'])}, {_fmt(d['hi'])}] over {d['n']} q."))
+                print(f"    {name:20s} recall {src['recall']:.3f} at {src['tokens']:7.0f} tokens: "
+                      f"at the operating budget {_interval(op)}; topk_page tokens at equal recall "
+                      + ("beyond its curve" if ratio["mean"] is None else f"x{ratio['mean']:.2f}")
+                      + f"; at equal tokens {_interval(d)} over {d['n']} q.")
     write_json(out / "results.json", {"runs": runs})
     with open(out / "episodes.jsonl", "w") as f:
         for r in rows:
@@ -164,6 +170,10 @@ def main(cfg: DictConfig) -> None:
 
 def _fmt(x: float | None) -> str:
     return "-" if x is None else f"{x:+.3f}"
+
+
+def _interval(d: dict[str, Any]) -> str:
+    return "n/a" if d["mean"] is None else f"{d['mean']:+.3f} [{_fmt(d['lo'])}, {_fmt(d['hi'])}]"
 
 
 if __name__ == "__main__":

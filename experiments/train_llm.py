@@ -42,6 +42,7 @@ from omegaconf import DictConfig
 from mage_gym.bench.config import (ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section,
                                        set_threads)
 from mage_gym.bench.chat import chat_episodes, chat_kwargs
+from mage_gym.bench.results import budget_dict
 
 #: log_history keys kept as curves in results.json (TRL's names and ours)
 CURVES = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "rewards/MageToolEnv/mean",
@@ -311,7 +312,7 @@ def main(cfg: DictConfig) -> None:
     history = list(trainer.state.log_history)
     results = {
         "kind": "train_llm", "algo": algo, "model": str(c["model"]), "dataset": section(c, "dataset"),
-        "budget": dict(section(c, "env").get("budget") or {}), "chat": section(c, "chat"), "steps": int(c["steps"]),
+        "budget": budget_dict(section(c, "env").get("budget") or {}), "chat": section(c, "chat"), "steps": int(c["steps"]),
         "global_step": int(trainer.state.global_step), "settings": section(c, algo),
         "curves": curves(history), "load_s": load_s, "train_s": train_s,
         "seconds_per_step": train_s / max(1, int(trainer.state.global_step)),

@@ -33,7 +33,7 @@ recall is 1 too.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, Sequence
 
 import numpy as np
@@ -65,6 +65,11 @@ class Coverage:
     item_counted: np.ndarray  # [n_items] item inside the graph (counted in support / all_covered)
     pages: tuple[int, ...]  # gold pages inside the graph, ascending
     page_covered: np.ndarray  # [len(pages)] gold page covered
+    #: [n_items] the item is element-level (a region or snippet mapped to its own nodes), not a whole page
+    item_element: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
+    #: [len(pages)] covered only through the page-level-gold rule: the page holds no element-level gold, was not
+    #: sent whole, and some other element of it was opened (which of its elements bears the gold is unknown)
+    page_by_any_element: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=bool))
 
     @property
     def known(self) -> bool:
@@ -83,6 +88,20 @@ class Coverage:
     @property
     def page_recall(self) -> float | None:
         return share(self.page_covered) if len(self.pages) else None
+
+    @property
+    def item_support(self) -> float | None:
+        """Share of the counted element-level gold items covered (None without any): the evidence measure
+        that reads the same for page images (which cover their items) and opened elements (which cover the
+        items they hold), so policies in different render modes compare on it."""
+        sel = self.item_counted & self.item_element if len(self.item_element) else self.item_element
+        return share(self.items[sel]) if sel.any() else None
+
+    @property
+    def pages_by_any_element(self) -> int:
+        """Gold pages counted as recalled through an opened element that may not bear the gold (see
+        ``page_by_any_element``): page recall in ``elements`` mode is generous by this many pages."""
+        return int(np.count_nonzero(self.page_by_any_element))
 
 
 def cover(gold: GoldLike, opened: np.ndarray, page_images: np.ndarray, node_page: np.ndarray) -> Coverage:
@@ -115,6 +134,7 @@ def cover(gold: GoldLike, opened: np.ndarray, page_images: np.ndarray, node_page
         if not gold.item_is_page[i] and 0 <= p < n_pages:
             has_element_gold[p] = True
             gold_element_opened[p] |= bool(opened[nodes].any()) if len(nodes) else False
+    by_any_element = ~page_images.astype(bool) & ~has_element_gold & opened_on_page
     page_ok = page_images.astype(bool) | np.where(has_element_gold, gold_element_opened, opened_on_page)
     for i, nodes in enumerate(item_nodes):
         p = int(gold.item_pages[i])
@@ -125,7 +145,10 @@ def cover(gold: GoldLike, opened: np.ndarray, page_images: np.ndarray, node_page
             items[i] = page_ok[p]
         else:
             items[i] = bool(page_images[p]) or (bool(opened[nodes].any()) if len(nodes) else False)
-    return Coverage(items, counted, pages, page_ok[list(pages)] if pages else np.zeros(0, dtype=bool))
+    sel = list(pages)
+    return Coverage(items, counted, pages, page_ok[sel] if pages else np.zeros(0, dtype=bool),
+                    ~np.asarray(gold.item_is_page, dtype=bool).reshape(n_items),
+                    by_any_element[sel] if pages else np.zeros(0, dtype=bool))
 
 
 def state_masks(node_state: np.ndarray, n_pages: int, visual: bool,

@@ -49,6 +49,8 @@ from mage_gym.readers.base import RenderedImage, RenderedInput
 
 RENDER_MODES: tuple[str, ...] = ("visual", "text", "elements")
 _ACTIVATED, _OPENED = 1, 2
+_PAGE_CLOSE = "</page>\n"
+_EVIDENCE_CLOSE = "</evidence>"
 _ESC = {'"': "&quot;"}
 
 
@@ -165,7 +167,7 @@ def _page_fragment(graph: EvidenceGraph, p: int, activated: bool, mode: str, cfg
     text = "".join(frag)
     whole_text = activated and mode == "text" and page_text_whole(page, cfg)
     # the page's own share of tokens includes its closing tag
-    return _Fragment(text, math.ceil((len(text) + len("</page>\n")) / 4) + img_tok, image, img_tok, page.node_id,
+    return _Fragment(text, math.ceil((len(text) + len(_PAGE_CLOSE)) / 4) + img_tok, image, img_tok, page.node_id,
                      whole_text)
 
 
@@ -208,6 +210,42 @@ def _element_fragment(graph: EvidenceGraph, j: int, opened: bool, mode: str, cfg
     return _Fragment(text, text_tokens(text) + img_tok, image, img_tok, el.node_id)
 
 
+def _evidence_open(graph: EvidenceGraph, mode: str) -> str:
+    return f'<evidence doc="{esc(graph.doc_id)}" pages="{graph.n_pages}" mode="{mode}">\n'
+
+
+def frame_chars(graph: EvidenceGraph, mode: str) -> int:
+    """XML characters of an empty render (the ``<evidence>`` wrapper): the floor every render starts from."""
+    return len(_evidence_open(graph, mode)) + len(_EVIDENCE_CLOSE)
+
+
+def node_share(graph: EvidenceGraph, v: int, opened: bool, mode: str, config: RenderConfig,
+               memo: dict | None = None) -> tuple[int, int]:
+    """``(xml characters, image tokens)`` node ``v`` adds to a render when ACTIVATED (``opened``: OPENED).
+
+    Why exact: a render's XML is the wrapper plus, per rendered page, its
+    fragment, its rendered elements' fragments and ``</page>``; a page holding
+    rendered elements is an activated one in every env state (an element is
+    only visible on an activated page), so the page's share is its activated
+    fragment plus its closing tag, and ``render(...).tokens`` is
+    ``ceil((frame_chars + sum of shares) / 4) + question tokens + sum of image
+    tokens``. :mod:`mage_gym.env.token_budget` keeps that sum per state
+    without rendering. ``memo``: :func:`render`'s (the same fragments, built once).
+    """
+    page_memo, el_memo = _fragment_memo(memo, mode, config)
+    n_pages = graph.n_pages
+    if v < n_pages:
+        frag = page_memo.get(2 * v + 1)
+        if frag is None:
+            frag = page_memo[2 * v + 1] = _page_fragment(graph, v, True, mode, config)
+        return len(frag.text) + len(_PAGE_CLOSE), frag.image_tokens
+    j = v - n_pages
+    frag = el_memo.get(2 * j + opened)
+    if frag is None:
+        frag = el_memo[2 * j + opened] = _element_fragment(graph, j, opened, mode, config)
+    return len(frag.text), frag.image_tokens
+
+
 def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str = "",
            config: RenderConfig | dict | None = None, memo: dict | None = None) -> RenderedInput:
     """Render the working subgraph of ``state`` (an ``EvidenceState`` or its node-state array).
@@ -239,7 +277,7 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
 
     # One pass collects the XML pieces and the rendered nodes' fragments in XML order; the per-node lists of
     # the RenderedInput are then read off the fragments (node ids, tokens and images travel with them).
-    parts: list[str] = [f'<evidence doc="{esc(graph.doc_id)}" pages="{n_pages}" mode="{mode}">\n']
+    parts: list[str] = [_evidence_open(graph, mode)]
     shown_frags: list[_Fragment] = []
     opened_ids: list[str] = []
     page_image_ids: list[str] = []
@@ -265,8 +303,8 @@ def render(graph: EvidenceGraph, state: Any, mode: str = "visual", question: str
             shown_frags.append(ef)
             if opened:
                 opened_ids.append(ef.node_id)
-        parts.append("</page>\n")
-    parts.append("</evidence>")
+        parts.append(_PAGE_CLOSE)
+    parts.append(_EVIDENCE_CLOSE)
     node_ids = tuple([f.node_id for f in shown_frags])
     node_tokens = tuple([(f.node_id, f.tokens) for f in shown_frags])
     images = tuple([f.image for f in shown_frags if f.image is not None])

@@ -203,6 +203,8 @@ def episode_metrics(graph: EvidenceGraph, gold: GoldEvidence, rendered: Rendered
         "evidence_all_covered": covered.all_covered if known else None,
         "element_recall": el_recall,
         "element_precision": share(is_gold[opened_el]) if (known and len(opened_el)) else None,
+        "item_support": covered.item_support if known else None,
+        "gold_pages_by_any_element": covered.pages_by_any_element if known else None,
         "pages_rendered": n_page_nodes,
         "elements_rendered": len(rendered_idx) - n_page_nodes,
         "images_rendered": len(rendered.images),

@@ -141,7 +141,7 @@ def test_budget_default_is_the_budget_class_default_and_variants_are_budgets() -
 
     for option in options("budget"):
         node = compose_option("budget", option)["env"]["budget"]
-        assert set(node) == {"k", "m", "M", "T", "B"}, option  # a variant states the whole budget
+        assert set(node) == {"k", "m", "M", "T", "B", "tokens"}, option  # a variant states the whole budget
         budget = Budget(**node)
         if option == "default":
             assert budget == Budget()

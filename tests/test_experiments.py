@@ -17,6 +17,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mage_gym.bench import results as R
@@ -196,8 +197,20 @@ def test_benchmark_compares_at_equal_cost_and_marks_the_oracle_privileged(pairs,
     assert curve and {r["policy"] for r in curve} == {"topk_page"} and {r["render_mode"] for r in curve} == {"text"}
     rows = [json.loads(x) for x in (tmp_path / "episodes.jsonl").read_text().splitlines()]
     assert len(rows) == 3 * len(pairs)  # the curve's extra runs stay out of episodes.jsonl
-    assert (tmp_path / "equal_cost.png").stat().st_size > 0
+    assert (tmp_path / "frontier.png").stat().st_size > 0
     assert runs["oracle"]["metrics"]["evidence_page_recall"] >= runs["topk_page"]["metrics"]["evidence_page_recall"]
+
+
+def test_a_fixed_operating_k_judges_every_run_against_topk_page_at_that_k(pairs, tmp_path) -> None:
+    cfg = toy_cfg(policies=["heuristic"], budgets=[{"k": 1}])
+    cfg["equal_cost"] = {"operating_k": 2}  # k is the policy's knob here; the budget is topk_page's at k=2
+    benchmark(cfg, tmp_path, episodes=pairs, registry=REGISTRY)
+    run = check_results(tmp_path / "results.json", 1)["runs"][0]
+    curve = [json.loads(x) for x in (tmp_path / "topk_curve.jsonl").read_text().splitlines()]
+    two = [r["metrics"] for r in curve if r["budget"]["k"] == 2 and r["metrics"]["evidence_page_recall"] is not None]
+    op = run["equal_cost"]["delta_recall_at_operating_budget"]
+    assert run["equal_cost"]["operating_budget"]["k"] == 2 and op["k"] == 2
+    assert op["budget_cost"] == pytest.approx(np.mean([m["tokens_rendered"] for m in two]))
 
 
 def test_an_element_reader_under_one_page_is_compared_with_the_page_image_curve(pairs, tmp_path) -> None:
@@ -212,6 +225,14 @@ def test_an_element_reader_under_one_page_is_compared_with_the_page_image_curve(
     ec = runs["topk_elements"]["equal_cost"]
     assert ec["render_mode"] == "visual" and runs["topk_elements"]["metrics"]["tokens_rendered"] < one_page
     assert ec["delta_recall_at_equal_tokens"]["mean"] is not None  # k=0 floors the curve: compared, not dropped
+    # at the operating budget (topk_page at the run's k=2) it gets no credit for the tokens it leaves unused
+    played = [json.loads(x) for x in (tmp_path / "episodes.jsonl").read_text().splitlines()]
+    two = [r for r in played if r["policy"] == "topk_page" and r["metrics"]["evidence_page_recall"] is not None]
+    op = ec["delta_recall_at_operating_budget"]
+    assert ec["operating_budget"]["k"] == 2 and op["overspent"] is False
+    assert op["mean"] == pytest.approx(runs["topk_elements"]["metrics"]["evidence_page_recall"]
+                                       - np.mean([r["metrics"]["evidence_page_recall"] for r in two]))
+    assert op["budget_cost"] == pytest.approx(np.mean([r["metrics"]["tokens_rendered"] for r in two]))
 
 
 def test_benchmark_policy_limit_and_overrides(pairs, tmp_path) -> None:

@@ -164,3 +164,32 @@ def test_cli_names_a_bad_arm_and_a_missing_folder(tmp_path: Path, capsys: pytest
     with pytest.raises(SystemExit):
         main(["--arm", f"imitation={tmp_path / 'nowhere'}", "--out", str(tmp_path / "o")])
     assert "benchmark run folder" in capsys.readouterr().err
+
+
+def test_arms_are_also_reported_at_the_operating_budget_and_by_cost_at_equal_evidence(tmp_path: Path) -> None:
+    qs = [f"q{i}" for i in range(40)]
+    # seed 0 reads 3 pages' tokens for k=5's recall (0.7): 0 at the budget, topk_page needs 5,000 / 3,000 tokens;
+    # seed 1 reads 7 pages' tokens for 0.9: over the budget, so read on the curve at 7,000 tokens (0.7)
+    seeds = [_run(tmp_path, "s0", [_row("ppo", q, 0.7, 3000.0) for q in qs], checkpoint="s0"),
+             _run(tmp_path, "s1", [_row("ppo", q, 0.9, 7000.0) for q in qs], checkpoint="s1")]
+    res = report([("arm", seeds)], n_boot=200)
+    arm = next(r for r in res["runs"] if r["policy"] == "arm")
+    assert arm["per_seed"]["delta_recall_at_operating_budget"] == pytest.approx([0.0, 0.2])
+    assert arm["metrics"]["delta_recall_at_operating_budget"]["mean"] == pytest.approx(0.1)
+    # topk_page reaches 0.7 first at k=5 (its own point is 0.2 above the line), and 0.9 never
+    ratios = arm["per_seed"]["cost_ratio_recall_at_equal_evidence"]
+    assert ratios[0] == pytest.approx(5000.0 / 3000.0) and ratios[1] is None
+    assert arm["metrics"]["cost_ratio_recall_at_equal_evidence"]["mean"] is None  # one seed beyond the curve
+    assert arm["per_seed"]["delta_recall_at_equal_tokens"] == pytest.approx([0.7 - 0.3, 0.9 - 0.7])
+
+
+def test_the_command_writes_the_report_and_its_frontier_figure(tmp_path: Path, capsys) -> None:
+    qs = [f"q{i}" for i in range(30)]
+    runs = [_run(tmp_path, f"s{s}", [_row("ppo", q, 0.7 + 0.05 * s, 3000.0) for q in qs], checkpoint=f"s{s}")
+            for s in (0, 1)]
+    assert main(["--arm", f"arm={runs[0]},{runs[1]}", "--out", str(tmp_path / "o"), "--n-boot", "50"]) == 0
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert {r["policy"] for r in res["runs"]} == {"topk_page", "arm"}
+    png = (tmp_path / "o" / "frontier.png").read_bytes()
+    assert png[:4] == b"\x89PNG" and len(png) > 10_000
+    assert "d_recall@budget=+0.025" in capsys.readouterr().out  # mean of 0.0 and +0.05 at topk_page's k=5

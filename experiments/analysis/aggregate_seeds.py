@@ -6,8 +6,9 @@ Run (from the repo root), after one benchmark per training seed on the same epis
         outputs/benchmark/<seed2> --out outputs/aggregate/mmlongbench_test
 
 Writes ``<out>/results.json``: ``{"runs": [{"policy", "budget", "dataset", "split", "seeds", "metrics":
-{<metric>: mean over seeds, "<delta key>": mean of the deltas' means, "<delta key>_per_seed": [...],
-"<delta key>_ci_per_seed": [[lo, hi], ...]}}]}``. A policy absent from a run (e.g. the oracle, run with one
+{<metric>: mean over seeds, "<figure key>": mean of the figures' means, "<figure key>_per_seed": [...],
+"<figure key>_ci_per_seed": [[lo, hi], ...]}}]}`` for every figure of the runs' ``equal_cost`` blocks (at the
+operating budget, cost ratio at equal evidence, at equal cost; mage_gym/bench/equal_cost.py). A policy absent from a run (e.g. the oracle, run with one
 seed only) is averaged over the runs that have it; ``seeds`` says how many.
 """
 from __future__ import annotations
@@ -20,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from mage_gym.bench.equal_cost import DELTAS
+from mage_gym.bench.equal_cost import COMPARISONS
 
-MEAN_METRICS = ("reward", "support", "evidence_page_recall", "evidence_all_covered", "tokens_rendered",
-                "pages_rendered")
+MEAN_METRICS = ("reward", "support", "evidence_page_recall", "evidence_all_covered", "item_support",
+                "tokens_rendered", "pages_rendered")
 
 
 def aggregate(run_dirs: list[Path]) -> dict[str, Any]:
@@ -39,7 +40,7 @@ def aggregate(run_dirs: list[Path]) -> dict[str, Any]:
             vals = [r["metrics"].get(k) for r in runs if r["metrics"].get(k) is not None]
             m[k] = float(np.mean(vals)) if vals else None
         m["episodes"] = runs[0]["metrics"].get("episodes")
-        for key, _, _ in DELTAS:
+        for key, _, _ in COMPARISONS:
             ds = [(r.get("equal_cost") or {}).get(key) or {} for r in runs]
             means = [d.get("mean") for d in ds]
             m[key] = float(np.mean(means)) if means and all(v is not None for v in means) else None
@@ -64,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in res["runs"]:
         m = r["metrics"]
         print(f"{r['policy']:>15} {r['dataset']}/{r['split']} seeds={r['seeds']} recall={m['evidence_page_recall']} "
-              f"tokens={m['tokens_rendered']} d_recall@tokens={m['delta_recall_at_equal_tokens']}")
+              f"tokens={m['tokens_rendered']} d_recall@budget={m['delta_recall_at_operating_budget']} "
+              f"d_recall@tokens={m['delta_recall_at_equal_tokens']}")
     print(f"results: {args.out / 'results.json'}")
     return 0
 

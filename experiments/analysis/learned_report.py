@@ -16,17 +16,21 @@ the rows are also split by hop count (``bridge``: two-hop questions;
 ``single_hop``: the rest), read from the dataset's episodes file, which no
 policy sees.
 
-Run (from the repo root), after one benchmark per seed and arm on the same test episodes::
+Writes ``results.json`` and ``frontier.png`` (:mod:`mage_gym.bench.frontier`: every row's
+page recall and tokens against topk_page's curve). Run (from the repo root), after one
+benchmark per seed and arm on the same test episodes::
 
     .venv/bin/python -m experiments.analysis.learned_report --out outputs/report/mmlongbench \\
         --arm imitation=<run s0>,<run s1>,<run s2> --arm imitation+ppo=<run s0>,<run s1>,<run s2>
 
 Rows' ``metrics``: means over seeds of ``reward``, ``support``,
-``evidence_page_recall``, ``evidence_all_covered``, ``tokens_rendered``,
-``pages_rendered`` (recall on questions with gold), and for every key of
-:data:`~mage_gym.bench.equal_cost.DELTAS` a ``{"mean", "lo", "hi", "n",
-"interpretable"}`` cell; each row also keeps the per-seed deltas under
-``per_seed`` and the checkpoints it played.
+``evidence_page_recall``, ``evidence_all_covered``, ``item_support``,
+``gold_pages_by_any_element``, ``tokens_rendered``, ``pages_rendered``
+(recall on questions with gold, item support on those with item gold), and
+for every key of :data:`~mage_gym.bench.equal_cost.COMPARISONS` (at the
+operating budget, the run's k; cost ratio at equal evidence; at equal cost)
+a ``{"mean", "lo", "hi", "n", "interpretable"}`` cell; each row also keeps
+the per-seed figures under ``per_seed`` and the checkpoints it played.
 """
 from __future__ import annotations
 
@@ -39,14 +43,18 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from mage_gym.bench.equal_cost import BASELINE, DELTAS, baseline_mode, curve_arrays, delta_over_seeds, row_values
+from mage_gym.bench.equal_cost import (BASELINE, COMPARISONS, OPERATING, RATIOS, baseline_mode, compare_over_seeds,
+                                       cost_ratio_over_seeds, curve_arrays, equal_cost_rule,
+                                       operating_budget_over_seeds, row_values)
 from mage_gym.bench.results import budget_label
 from mage_gym.data.io import load_episodes
 
 #: per-episode means reported for every row (recall-type metrics over questions with gold only)
-MEAN_METRICS = ("reward", "support", "evidence_page_recall", "evidence_all_covered", "tokens_rendered",
-                "pages_rendered")
+MEAN_METRICS = ("reward", "support", "evidence_page_recall", "evidence_all_covered", "item_support",
+                "gold_pages_by_any_element", "tokens_rendered", "pages_rendered")
 LEARNED = "ppo"  # the registered name the benchmark gives every learned checkpoint
+OPERATING_KEYS = frozenset(key for key, _, _ in OPERATING)
+RATIO_KEYS = frozenset(key for key, _, _ in RATIOS)
 SUBSETS: dict[str, int] = {"single_hop": 1, "bridge": 2}  # subset name -> hops of its questions
 
 
@@ -147,10 +155,11 @@ def controller_row(label: str, policy: str, seeds: Sequence[SeedRun], budget: st
         # picks each delta's questions
         curves = [s.curve(budget, baseline_mode(mode)) for s, _ in played]
         by_q = [{str(r["episode_id"]): r for r in rows} for rows in per_seed_rows]
-        for key, metric, cost in DELTAS:
+        k_op = int(json.loads(budget)["k"])
+        for key, metric, cost in COMPARISONS:
             qids = sorted(set.intersection(*({str(r["episode_id"]) for r in rows if row_values(r, metric) is not None
                                               and row_values(r, cost) is not None} for rows in per_seed_rows)))
-            arrays = []
+            arrays, ks_per_seed = [], []
             for curve, rows_q in zip(curves, by_q):
                 ks, cm, cc = curve_arrays({k: {q: {metric: row_values(r, metric), cost: row_values(r, cost)}
                                                for q, r in rows_k.items()} for k, rows_k in curve.items()},
@@ -160,11 +169,19 @@ def controller_row(label: str, policy: str, seeds: Sequence[SeedRun], budget: st
                     break
                 arrays.append(([row_values(rows_q[q], metric) for q in qids],
                                [row_values(rows_q[q], cost) for q in qids], cm, cc))
-            d = delta_over_seeds(arrays, n_boot=n_boot, seed=seed) if arrays and qids else {
-                "mean": None, "lo": None, "hi": None, "n": len(qids), "interpretable": False}
+                ks_per_seed.append(ks)
+            if not (arrays and qids):
+                metrics[key] = {"mean": None, "lo": None, "hi": None, "n": len(qids), "interpretable": False}
+                per_seed[key] = []
+                continue
+            if key in OPERATING_KEYS:
+                d = operating_budget_over_seeds(arrays, ks_per_seed, k_op, n_boot=n_boot, seed=seed)
+            elif key in RATIO_KEYS:
+                d = cost_ratio_over_seeds(arrays, n_boot=n_boot, seed=seed)
+            else:
+                d = compare_over_seeds(arrays, equal_cost_rule, n_boot=n_boot, seed=seed)
             metrics[key] = {k: d[k] for k in ("mean", "lo", "hi", "n", "interpretable")}
-            per_seed[key] = [None if b is None else float(np.mean(a[0]) - b)
-                             for a, b in zip(arrays, d.get("topk_at_costs") or [])]
+            per_seed[key] = d["values"]
     row: dict[str, Any] = {"policy": label, "budget": json.loads(budget), "dataset": played[0][1]["dataset"],
                            "split": played[0][1]["split"], "render_mode": mode or "mixed", "seeds": len(played),
                            "metrics": metrics, "per_seed": per_seed}
@@ -217,6 +234,19 @@ def report(arms: Sequence[tuple[str, Sequence[Path]]], hops: Mapping[str, int] |
                if hops else {})}
 
 
+def plot_report_frontier(arms: Sequence[tuple[str, Sequence[Path]]], res: Mapping[str, Any], path: Path) -> Path:
+    """The report's recall-token frontier (``frontier.png``): each row of the ``all`` subset (arms as their mean
+    over seeds) against topk_page's curve of the first seed that played it, in every mode compared."""
+    from mage_gym.bench.frontier import frontier_title, plot_frontier
+
+    rows = [r for r in res["runs"] if r.get("subset", "all") == "all"]
+    first = SeedRun.load(Path(arms[0][1][0]))
+    budgets = list(dict.fromkeys(budget_key(r["budget"]) for r in rows))
+    modes = {baseline_mode(r["render_mode"]) for r in rows if r.get("render_mode") not in (None, "mixed")}
+    curves = {mode: first.curve(budgets[0], mode) for mode in sorted(modes or {"visual"})}
+    return plot_frontier(rows, curves, path, frontier_title(rows), operating_k=int(json.loads(budgets[0])["k"]))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--arm", action="append", required=True, metavar="LABEL=DIR[,DIR...]",
@@ -233,12 +263,18 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(str(err))
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "results.json").write_text(json.dumps(res, indent=1))
+    plot_report_frontier(arms, res, args.out / "frontier.png")
     for r in res["runs"]:
-        m, d = r["metrics"], r["metrics"].get("delta_recall_at_equal_tokens") or {}
-        delta = "n/a" if d.get("mean") is None else f"{d['mean']:+.3f} [{_f(d['lo'])}, {_f(d['hi'])}]"
+        m = r["metrics"]
+        cells = {name: m.get(key) or {} for name, key in (("budget", "delta_recall_at_operating_budget"),
+                                                           ("ratio", "cost_ratio_recall_at_equal_evidence"),
+                                                           ("tokens", "delta_recall_at_equal_tokens"))}
+        delta = {name: "n/a" if d.get("mean") is None else f"{d['mean']:+.3f} [{_f(d['lo'])}, {_f(d['hi'])}]"
+                 for name, d in cells.items()}
         print(f"{r['subset']:>10} {r['policy']:>15} seeds={r['seeds']} n={m['episodes']:3d} "
               f"recall={_f(m['evidence_page_recall'], '.3f')} tokens={_f(m['tokens_rendered'], '.0f')} "
-              f"d_recall@tokens={delta} ({r['render_mode']})")
+              f"d_recall@budget={delta['budget']} topk_tokens_ratio={delta['ratio']} "
+              f"d_recall@tokens={delta['tokens']} ({r['render_mode']})")
     print(f"wrote {args.out / 'results.json'}")
     return 0
 

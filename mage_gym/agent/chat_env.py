@@ -152,6 +152,7 @@ class MageChatEnv(gym.Env):
         self._operations = 0
         self._images_shown: set[str] = set()
         self._last_numeric: Any = None
+        self._last_info: Mapping[str, Any] = {}
         self.inner_env(self.budget)  # build now: configuration errors surface at construction
 
     @classmethod
@@ -340,6 +341,7 @@ class MageChatEnv(gym.Env):
                                                                              reason=reason)
             self._inner_steps = int(info.get("steps", self._inner_steps + 1))
             self._last_numeric = obs
+            self._last_info = info
             ran += 1
             reward += float(r)
             error = info.get("last_action_error") or None
@@ -387,13 +389,22 @@ class MageChatEnv(gym.Env):
                 self._refused += 1
             else:
                 err = op("SearchEvidence", query=query)
-                lines.append(f"refused: {err}" if err else f"searched {query!r}")
+                lines.append(f"refused: {err}" if err else f"searched {query!r}" + self._search_note())
                 refused += bool(err)
         elif call.name == "stop":
             op("Stop")
             lines.append("stopped: the reader reads the evidence")
         result = CallResult(call, self._line(call, "; ".join(lines) or "done"), invalid=refused > 0)
         return result, reward, ended
+
+    def _search_note(self) -> str:
+        """What the token budget left out of the last search (empty without a budget or when nothing was)."""
+        info = self._last_info.get("token_budget") or {}
+        skipped = info.get("skipped") or []
+        if not skipped:
+            return ""
+        return (f"; {len(skipped)} page(s) left out, over the token budget ({info.get('left', 0)} tokens left): "
+                + ", ".join(skipped))
 
     def _force_stop(self, reason: str) -> tuple[float, dict[str, Any]]:
         """End the episode with ``reason`` (step cap, rollout end): the reader reads, the reward is paid (truncated).
@@ -500,6 +511,8 @@ class MageChatEnv(gym.Env):
                             "opens": nums.get("opens_left", 0),
                             "steps": max(0, self._step_cap() - self._steps_used())},
         }
+        if "tokens_left" in nums:  # a reader-token budget
+            out["process"]["budget_left"]["tokens"] = nums["tokens_left"]
         return out
 
 

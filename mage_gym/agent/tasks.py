@@ -19,14 +19,19 @@ import urllib.parse
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from mage_gym.env.budget import Budget
+from mage_gym.env.budget import COUNT_KEYS, Budget
 
-_BUDGET_KEYS = ("k", "m", "M", "T", "B")
+_BUDGET_KEYS = COUNT_KEYS
+_TOKENS = "tok"  # the optional reader-token budget part: ``-tok5355`` (absent when the budget has none)
 
 
 @dataclass(frozen=True)
 class TaskId:
-    """``dataset/document/episode/k5-m4-M24-T6-B16/s0``; the three names are percent-encoded."""
+    """``dataset/document/episode/k5-m4-M24-T6-B16/s0``; the three names are percent-encoded.
+
+    Under a reader-token budget the budget part ends in ``-tok<int>`` (``k5-m4-M24-T6-B16-tok5355``);
+    without one it is what it always was, so earlier task ids still name the same tasks.
+    """
 
     dataset: str
     doc_id: str
@@ -37,6 +42,8 @@ class TaskId:
     def __str__(self) -> str:
         q = lambda s: urllib.parse.quote(str(s), safe="")  # noqa: E731
         b = "-".join(f"{k}{getattr(self.budget, k)}" for k in _BUDGET_KEYS)
+        if self.budget.tokens is not None:
+            b += f"-{_TOKENS}{self.budget.tokens}"
         return f"{q(self.dataset)}/{q(self.doc_id)}/{q(self.episode_id)}/{b}/s{int(self.seed)}"
 
     @classmethod
@@ -51,16 +58,23 @@ class TaskId:
         dataset, doc, episode, budget, seed = parts
         values: dict[str, int] = {}
         for item in budget.split("-"):
-            key, num = item[:1], item[1:]
-            if key not in _BUDGET_KEYS or not num.isdigit() or key in values:
-                raise ValueError(f"task id {text!r}: budget part {budget!r} must read k<int>-m<int>-M<int>-T<int>-B<int>")
+            key = _TOKENS if item.startswith(_TOKENS) else item[:1]
+            num = item[len(key):]
+            if key not in _BUDGET_KEYS + (_TOKENS,) or not num.isdigit() or key in values:
+                raise ValueError(f"task id {text!r}: budget part {budget!r} must read "
+                                 "k<int>-m<int>-M<int>-T<int>-B<int>, optionally then -tok<int>")
             values[key] = int(num)
+        tokens = values.pop(_TOKENS, None)
         if set(values) != set(_BUDGET_KEYS):
             raise ValueError(f"task id {text!r}: budget part {budget!r} must name k, m, M, T and B")
         if not (seed.startswith("s") and seed[1:].lstrip("-").isdigit()):
             raise ValueError(f"task id {text!r}: seed part {seed!r} must read s<int>")
         u = urllib.parse.unquote
-        return cls(u(dataset), u(doc), u(episode), Budget(**values), int(seed[1:]))
+        try:
+            parsed = Budget(**values, tokens=tokens)
+        except ValueError as err:
+            raise ValueError(f"task id {text!r}: {err}") from None
+        return cls(u(dataset), u(doc), u(episode), parsed, int(seed[1:]))
 
 
 def public_fields(episode: Any) -> tuple[str, str, str]:

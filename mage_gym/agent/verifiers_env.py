@@ -84,7 +84,7 @@ class MageChatTasksetConfig(vf.TasksetConfig):
     limit: int | None = None
     data_seed: int = 0
     seeds: list[int] = Field(default_factory=lambda: [0])
-    budget: dict[str, int] = Field(default_factory=dict)
+    budget: dict[str, int | None] = Field(default_factory=dict)  # k, m, M, T, B and tokens (None: no token budget)
     parser: str = "fast"
     """Graph parser for documents not yet in the graph cache (``fast`` | ``layout``)."""
     retriever: str = "hybrid"

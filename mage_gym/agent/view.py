@@ -196,7 +196,8 @@ class ChatView:
 
     def _budget(self, snap: ViewSnapshot) -> str:
         b = snap.budget
-        keys = ("round", "rounds", "activations_left_in_round", "activations_left", "opens_left")
+        keys = ("round", "rounds", "activations_left_in_round", "activations_left", "opens_left",
+                "tokens_left")  # tokens_left: under a reader-token budget only
         attrs = " ".join(f'{k}="{esc(b[k])}"' for k in keys if k in b)
         if "step_cap" in b and "steps_used" in b:
             attrs += f' steps_left="{max(0, int(b["step_cap"]) - int(b["steps_used"]))}"'

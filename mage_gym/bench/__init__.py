@@ -26,7 +26,8 @@ Modules, one job each:
 - :mod:`.protocol`: the :class:`Policy` protocol, :class:`EnvInfo`, :class:`PolicyRegistry`;
 - :mod:`.play`: :func:`run_episode` (one episode, the one loop) and :func:`play_episodes` (failure handling);
 - :mod:`.benchmark`: :func:`benchmark`, every policy x budget on the same episodes (resume, Ray, outputs);
-- :mod:`.equal_cost`: top-k curves and deltas at equal tokens / pages with paired bootstrap intervals;
+- :mod:`.equal_cost`: top-k curves; a policy against them at top-k's operating budget, by cost at equal
+  evidence and at equal tokens / pages, with paired bootstrap intervals; :mod:`.frontier`: the recall-token figure;
 - :mod:`.metrics`, :mod:`.results`, :mod:`.plots`, :mod:`.tracking`: summaries, ``results.json`` and its
   tables, figures, Weights & Biases;
 - :mod:`.episodes`, :mod:`.corpus`, :mod:`.graph_jobs`, :mod:`.envs`: a dataset node's episodes, their
@@ -47,6 +48,7 @@ _EXPORTS: dict[str, str] = {
     "EpisodeResult": "play", "run_episode": "play", "play_episodes": "play",
     "benchmark": "benchmark", "RunStopped": "benchmark",
     "delta_at_equal_cost": "equal_cost", "paired_delta": "equal_cost", "delta_over_seeds": "equal_cost",
+    "delta_at_operating_budget": "equal_cost", "cost_ratio_at_equal_evidence": "equal_cost",
     "summarise": "metrics", "breakdown": "metrics",
     "write_results": "results", "validate_results": "results", "trace_path": "results",
     "load_episodes": "episodes", "prepare_graphs": "episodes", "build_corpus": "corpus",

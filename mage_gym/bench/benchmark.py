@@ -423,21 +423,24 @@ def benchmark(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any] | None 
 
 
 #: ``equal_cost`` defaults (conf/benchmark.yaml documents them)
-EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "min_k": 1, "max_k": 20, "n_boot": 1000}
+EQUAL_COST_DEFAULTS: dict[str, Any] = {"enabled": True, "min_k": 1, "max_k": 20, "n_boot": 1000, "operating_k": None}
 
 
 def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any], reader: Any,
                       runs: list[dict[str, Any]], run_rows: Sequence[tuple[list[dict[str, Any]], str]],
                       seed: int, registry: PolicyRegistry) -> None:
     """Run topk_page's curve in every render mode the runs used (an ``elements`` run is compared with the
-    ``visual`` curve: :data:`.equal_cost.BASELINE_MODE`) and add each run's ``equal_cost`` block.
+    ``visual`` curve: :data:`.equal_cost.BASELINE_MODE`), add each run's ``equal_cost`` block (at its
+    operating budget, cost at equal evidence, at equal cost: :mod:`.equal_cost`) and draw ``frontier.png``
+    (:mod:`.frontier`).
 
     The curve reuses topk_page rows the plan already played (same render mode,
-    base budget up to k) and plays the missing integer k itself until its mean
-    tokens and pages reach every run's (or ``max_k``); its rows go to
-    ``topk_curve.jsonl``, apart from ``episodes.jsonl``. See :mod:`.equal_cost`.
+    base budget up to k) and plays the missing integer k itself until it holds
+    every compared run's k and its mean tokens and pages reach every run's (or
+    ``max_k``); its rows go to ``topk_curve.jsonl``, apart from ``episodes.jsonl``.
     """
-    from mage_gym.bench.equal_cost import BASELINE, baseline_mode, equal_cost_block, needed_ks, plot_equal_cost
+    from mage_gym.bench.equal_cost import BASELINE, baseline_mode, equal_cost_block, needed_ks
+    from mage_gym.bench.frontier import frontier_title, plot_frontier
 
     ec = {**EQUAL_COST_DEFAULTS, **dict(cfg.get("equal_cost") or {})}
     if not ec["enabled"] or not runs:
@@ -453,11 +456,18 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
         if run["policy"] == BASELINE and {k: v for k, v in run["budget"].items() if k != "k"} == same_but_k:
             curves.setdefault(mode, {})[int(run["budget"]["k"])] = {r["episode_id"]: r for r in rows
                                                                      if not r.get("failed")}
+    # the curve reaches every compared run's operating k: topk_page's point there is that run's operating budget
+    # (its own k, or ``equal_cost.operating_k`` when k is a knob of the policies compared, e.g. entry pages
+    # read under a token budget)
+    def operating_k(run: Mapping[str, Any]) -> int:
+        return int(ec["operating_k"]) if ec.get("operating_k") is not None else int(run["budget"]["k"])
+
+    min_k = max(int(ec["min_k"]), *(operating_k(run) for run, _, _ in compared))
     with open(out / "topk_curve.jsonl", "w") as f:
         for mode in sorted({baseline_mode(m) for _, _, m in compared}):
             curve = curves.setdefault(mode, {})
             mine = [rows for _, rows, m in compared if baseline_mode(m) == mode]
-            while (k := needed_ks(mine, curve, int(ec["max_k"]), int(ec["min_k"]))) is not None:
+            while (k := needed_ks(mine, curve, int(ec["max_k"]), min_k)) is not None:
                 budget = budget_dict({**base, "k": k})
                 results, _ = run_policy(BASELINE, {**opts, "render_mode": mode}, episodes, cfg, budget, reader,
                                         seed=seed, progress=False, registry=registry)
@@ -466,8 +476,9 @@ def attach_equal_cost(cfg: Mapping[str, Any], out: Path, episodes: Sequence[Any]
                     f.write(json.dumps({**row, "render_mode": mode}, default=json_default) + "\n")
     for run, rows, mode in compared:
         run["equal_cost"] = equal_cost_block(rows, curves[baseline_mode(mode)], baseline_mode(mode),
-                                             n_boot=int(ec["n_boot"]), seed=seed)
-    plot_equal_cost(runs, curves, out / "equal_cost.png")
+                                             n_boot=int(ec["n_boot"]), seed=seed, k=operating_k(run))
+    plot_frontier(runs, curves, out / "frontier.png", frontier_title(runs),
+                  operating_k=operating_k({"budget": base}))
 
 
 def _compact_rows(path: Path, rows: Sequence[Mapping[str, Any]], cfg: Mapping[str, Any],

@@ -30,9 +30,12 @@ retriever, inside the episode's page window) and the gold of its privileged
 view; topk_page's curve is the same thing for the first j pages, j = 0..kmax
 (j = 0: nothing is read, recall 0: the curve's floor, so a source reading
 less than one page is still compared, by interpolation, not extrapolation).
-The delta of each source is :func:`mage_gym.bench.equal_cost.delta_at_equal_cost`:
-its page recall minus topk_page's at the same mean tokens, with a 95 %
-paired bootstrap interval over questions.
+Each source is compared with topk_page three ways (:mod:`mage_gym.bench.equal_cost`),
+each with a 95 % paired bootstrap interval over questions: its page recall
+minus topk_page's at topk_page's operating budget (its tokens at the run's k;
+no credit for reading less: the "finds more evidence" figure), the tokens
+topk_page needs to reach the source's recall over the source's own (the
+efficiency figure), and its recall minus topk_page's at the same mean tokens.
 
 Element recall (questions with element-level gold: MMDocIR boxes, FinanceBench
 snippets, synthetic regions): the share of element-level gold items with a
@@ -189,13 +192,16 @@ def source_names(rows: Sequence[SourceFigures]) -> list[str]:
 
 
 def aggregate_sources(rows: Sequence[SourceFigures], extra: Mapping[str, Mapping[str, Mapping[str, float]]] | None
-                      = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """Per source: mean recall, tokens, pages, and the delta at equal tokens against topk_page's curve.
+                      = None, n_boot: int = 1000, seed: int = 0, k: int | None = None) -> dict[str, Any]:
+    """Per source: mean recall, tokens, pages, and against topk_page's curve: the delta at its operating budget
+    (its tokens at ``k``, the run's entry pages), the cost ratio at equal recall, and the delta at equal tokens.
 
     ``extra``: sources measured elsewhere (the navigating oracle, topk_elements played through the env), as
     {name: {episode_id: {recall, tokens, pages}}}; a source is compared on the questions it has rows for.
+    A source that reads topk_page's pages and stops early gets 0 at the operating budget (it finds no more
+    evidence) and a cost ratio above 1 (it reads less): the two claims apart.
     """
-    from mage_gym.bench.equal_cost import delta_at_equal_cost
+    from mage_gym.bench.equal_cost import cost_ratio_at_equal_evidence, delta_at_equal_cost, delta_at_operating_budget
 
     out: dict[str, Any] = {"questions": len(rows), "curve_ks": len(rows[0].curve_recall) - 1 if rows else 0}
     if not rows:
@@ -216,8 +222,13 @@ def aggregate_sources(rows: Sequence[SourceFigures], extra: Mapping[str, Mapping
         cc = np.array([by_id[e].curve_tokens for e in ids], dtype=float).T
         d = delta_at_equal_cost(rec, tok, cm, cc, n_boot=n_boot, seed=seed)
         sources[name] = {"questions": len(ids), "recall": float(np.mean(rec)), "tokens": float(np.mean(tok)),
-                         "pages": float(np.mean([float(per[e]["pages"]) for e in ids])),
-                         "delta_recall_at_equal_tokens": d}
+                         "pages": float(np.mean([float(per[e]["pages"]) for e in ids]))}
+        if k is not None:
+            sources[name]["delta_recall_at_operating_budget"] = delta_at_operating_budget(
+                rec, tok, cm, cc, list(range(cm.shape[0])), k, n_boot=n_boot, seed=seed)
+        sources[name]["cost_ratio_recall_at_equal_evidence"] = cost_ratio_at_equal_evidence(rec, tok, cm, cc,
+                                                                                           n_boot=n_boot, seed=seed)
+        sources[name]["delta_recall_at_equal_tokens"] = d
     out["sources"] = sources
     el = [r.element_recall for r in rows if r.element_recall]
     out["element_gold_questions"] = len(el)
@@ -226,16 +237,17 @@ def aggregate_sources(rows: Sequence[SourceFigures], extra: Mapping[str, Mapping
 
 
 def report_sources(rows: Sequence[SourceFigures], extra: Mapping[str, Mapping[str, Mapping[str, float]]] | None
-                   = None, n_boot: int = 1000, seed: int = 0) -> dict[str, Any]:
-    """:func:`aggregate_sources` over all questions, per split, and over the questions with element-level gold."""
-    out: dict[str, Any] = {"all": aggregate_sources(rows, extra, n_boot, seed)}
+                   = None, n_boot: int = 1000, seed: int = 0, k: int | None = None) -> dict[str, Any]:
+    """:func:`aggregate_sources` over all questions, per split, and over the questions with element-level gold
+    (``k``: the run's entry pages, topk_page's operating budget)."""
+    out: dict[str, Any] = {"all": aggregate_sources(rows, extra, n_boot, seed, k)}
     for split in ("train", "val", "test"):
         part = [r for r in rows if r.split == split]
         if part:
-            out[split] = aggregate_sources(part, extra, n_boot, seed)
+            out[split] = aggregate_sources(part, extra, n_boot, seed, k)
     el = [r for r in rows if r.element_gold]
     if el:
-        out["element_gold"] = aggregate_sources(el, extra, n_boot, seed)
+        out["element_gold"] = aggregate_sources(el, extra, n_boot, seed, k)
     return out
 
 

@@ -23,8 +23,9 @@ from mage_gym.bench.play import EpisodeResult, mean_or_none
 
 METRIC_KEYS: tuple[str, ...] = (
     "episodes", "reward", "support", "noise", "cost", "accuracy", "f1", "evidence_page_recall",
-    "evidence_all_covered", "element_recall", "element_precision", "pages_rendered", "elements_rendered",
-    "images_rendered", "tokens_rendered", "operations", "reader_calls", "evaluator_calls", "wall_s",
+    "evidence_all_covered", "element_recall", "element_precision", "item_support", "gold_pages_by_any_element",
+    "pages_rendered", "elements_rendered", "images_rendered", "tokens_rendered", "operations", "reader_calls",
+    "evaluator_calls", "wall_s",
 )
 #: evidence source labels of the benchmarks -> the five evidence types of the plots
 EVIDENCE_TYPES: dict[str, str] = {
@@ -72,7 +73,7 @@ def summarise(results: Sequence[EpisodeResult], episodes: Mapping[str, Episode],
     else:
         out["accuracy"] = out["f1"] = None
     for key in ("evidence_page_recall", "evidence_all_covered", "element_recall", "element_precision",
-                "pages_rendered", "elements_rendered", "images_rendered", "tokens_rendered", "operations",
+                "item_support", "gold_pages_by_any_element", "pages_rendered", "elements_rendered", "images_rendered", "tokens_rendered", "operations",
                 "reader_calls", "evaluator_calls"):
         out[key] = mean_or_none([x.get(key) for x in m])
     out["wall_s"] = mean_or_none([r.wall_s for r in results])

@@ -33,8 +33,12 @@ TITLE, SUPERSEDED_BY, SUPERSEDED_BECAUSE = "title", "superseded_by", "superseded
 #: figures copied beside a published results.json (the doc links them)
 FIGURE_SUFFIXES = (".png", ".svg")
 #: headline metrics shown first in a benchmark table (others follow in their stored order)
-PREFERRED_METRICS = ("episodes", "reward", "evidence_page_recall", "evidence_all_covered", "tokens_rendered",
-                     "pages_rendered", "accuracy", "f1")
+PREFERRED_METRICS = ("episodes", "evidence_page_recall", "tokens_rendered", "delta_recall_at_operating_budget",
+                     "cost_ratio_recall_at_equal_evidence", "delta_recall_at_equal_tokens", "item_support",
+                     "reward", "evidence_all_covered", "pages_rendered", "accuracy", "f1")
+#: comparison figures of a benchmark run's ``equal_cost`` block shown beside its metrics on its page
+SHOWN_COMPARISONS = ("delta_recall_at_operating_budget", "cost_ratio_recall_at_equal_evidence",
+                     "delta_item_support_at_operating_budget", "delta_recall_at_equal_tokens")
 MAX_COLUMNS = 10
 
 
@@ -211,10 +215,20 @@ def with_headroom_closed(runs: list[Mapping[str, Any]]) -> list[Mapping[str, Any
     return out
 
 
+def _with_comparisons(run: Mapping[str, Any]) -> Mapping[str, Any]:
+    """``run`` with the :data:`SHOWN_COMPARISONS` of its ``equal_cost`` block beside its metrics (a benchmark run
+    keeps them in that block; a report over seeds already has them in its metrics)."""
+    block = run.get("equal_cost")
+    if not isinstance(block, Mapping) or not isinstance(run.get("metrics"), Mapping):
+        return run
+    extra = {k: block[k] for k in SHOWN_COMPARISONS if k in block and k not in run["metrics"]}
+    return {**run, "metrics": {**run["metrics"], **extra}} if extra else run
+
+
 def _runs_table(runs: list[Mapping[str, Any]]) -> list[str]:
     """A ``{"runs": [...]}`` file: one row per run, identity columns then its scalar metrics (and the derived
     :data:`HEADROOM_CLOSED` when the file has an oracle run)."""
-    runs = with_headroom_closed(runs)
+    runs = with_headroom_closed([_with_comparisons(r) for r in runs])
     ident = [k for k in ("policy", "dataset", "split", "subset", "budget", "render_mode", "channel", "k")
              if any(k in r for r in runs)]
     metric_keys: list[str] = []

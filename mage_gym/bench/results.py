@@ -3,7 +3,7 @@
 ``results.json`` (the shape other tools read)::
 
     {"schema_version": 2,
-     "runs": [{"policy": str, "budget": {"k","m","M","T","B"}, "dataset": str, "split": str,
+     "runs": [{"policy": str, "budget": {"k","m","M","T","B"(,"tokens")}, "dataset": str, "split": str,
                "metrics": {<METRIC_KEYS>,
                            "per_turn": [{"turn", "episodes", "reward", "evidence_page_recall",
                                          "tokens_rendered"}],    # conversations only
@@ -16,10 +16,22 @@
                "privileged": true,                     # the oracle only: it read gold
                "training": {"recipe", "shaping", ...},  # experiments/train.py: how the policy was trained
                "equal_cost": {"baseline": "topk_page", "render_mode", "ks",
+                              "operating_budget": {"k", "tokens"},   # topk_page's mean tokens at the run's k
+                              "delta_recall_at_operating_budget": {"mean", "lo", "hi", "n", "interpretable",
+                                                                   "k", "budget_cost", "cost", "overspent"},
+                              "delta_support_at_operating_budget": ...,
+                              "delta_item_support_at_operating_budget": ...,   # questions with item gold
+                              "cost_ratio_recall_at_equal_evidence": {"mean", "lo", "hi", "n", "interpretable",
+                                                                      "topk_cost", "cost", "above_curve"},
+                              "cost_ratio_support_at_equal_evidence": ...,
                               "delta_recall_at_equal_tokens": {"mean", "lo", "hi", "n", "interpretable",
                                                                "cost", "topk_at_cost"},
                               "delta_recall_at_equal_pages": ..., "delta_support_at_equal_tokens": ...,
                               "delta_support_at_equal_pages": ...}}]}   # every policy but topk_page
+
+``budget.tokens`` is there only for a run under a reader-token budget
+(:mod:`mage_gym.env.token_budget`); without one the budget has exactly k, m,
+M, T, B, as before the budget existed.
 
 Metrics are means over episodes; ``null`` where a metric does not apply
 (accuracy/F1 with the oracle reader, evidence metrics without gold).
@@ -28,10 +40,14 @@ the file a learned policy acted with (absolute path and sha256), so a row
 can be traced to its weights after files are moved or retrained.
 
 ``equal_cost`` compares the run with topk_page run at every integer k in
-the run's own render mode and reader, at the run's mean tokens and mean
-pages (:mod:`.equal_cost`: interpolated between neighbouring k, never
-extrapolated, 95 % paired bootstrap over questions; ``interpretable`` is
-false under 30 questions).
+the run's own render mode and reader (whole page images for ``elements``),
+three ways (:mod:`.equal_cost`; 95 % paired bootstrap over questions;
+``interpretable`` is false under 30 questions): *at the operating budget*
+(evidence minus topk_page's at the run's k, the policy allowed up to
+topk_page's tokens there: the "finds more evidence" claim), *cost at equal
+evidence* (the tokens topk_page needs to reach the run's evidence over the
+run's tokens: the efficiency claim), and *at equal cost* (at the run's mean
+tokens and pages, interpolated between neighbouring k, never extrapolated).
 
 ``failed`` counts the episodes whose reader or evaluator failed past its
 retries (recorded in ``episodes.jsonl`` with the error, left out of the
@@ -64,19 +80,25 @@ SCHEMA_VERSION = 2
 EVALUATOR_KEYS: tuple[str, ...] = ("rounds", "calls", "cache_hits", "requests", "backend_errors", "strict",
                                    "lenient", "unusable", "fallback")
 BUDGET_KEYS: tuple[str, ...] = ("k", "m", "M", "T", "B")
+#: budget keys a run has only when set (the reader-token budget; :class:`mage_gym.env.Budget` omits it when off)
+OPTIONAL_BUDGET_KEYS: tuple[str, ...] = ("tokens",)
 TABLE_COLUMNS = ("policy", "budget", "dataset", "split", "episodes", "reward", "evidence_page_recall",
                  "evidence_all_covered", "element_recall", "element_precision", "tokens_rendered", "pages_rendered",
-                 "accuracy", "f1", "Δrecall@tokens vs topk", "Δrecall@pages vs topk", "evaluator_calls",
+                 "accuracy", "f1", "Δrecall@budget vs topk", "topk tokens ratio@recall", "Δrecall@tokens vs topk",
+                 "Δrecall@pages vs topk", "evaluator_calls",
                  "evaluator calls/errors/strict/lenient/fallback", "failed", "wall_s")
 #: table columns read from a run's equal_cost block
-_EQUAL_COST_CELLS = {"Δrecall@tokens vs topk": "delta_recall_at_equal_tokens",
+_EQUAL_COST_CELLS = {"Δrecall@budget vs topk": "delta_recall_at_operating_budget",
+                     "topk tokens ratio@recall": "cost_ratio_recall_at_equal_evidence",
+                     "Δrecall@tokens vs topk": "delta_recall_at_equal_tokens",
                      "Δrecall@pages vs topk": "delta_recall_at_equal_pages"}
 #: table columns that are not metrics: how each is read from a run
 _EVALUATOR_CELL = ("calls", "backend_errors", "strict", "lenient", "fallback")
 
 
 def budget_dict(budget: Any) -> dict[str, int]:
-    """A full budget (k, m, M, T, B) from a partial mapping or Budget (missing keys: the env defaults)."""
+    """A full budget (k, m, M, T, B, and tokens when set) from a partial mapping or Budget (missing keys: the env
+    defaults)."""
     from mage_gym.env import Budget
 
     return Budget.coerce(plain(budget)).to_dict()
@@ -120,8 +142,9 @@ def validate_results(obj: Mapping[str, Any]) -> None:
     for run in obj["runs"]:
         if not set(RUN_KEYS) <= set(run) <= set(RUN_KEYS) | set(OPTIONAL_RUN_KEYS):
             raise ValueError(f"run keys {sorted(run)} != {sorted(RUN_KEYS)} (+ optional {list(OPTIONAL_RUN_KEYS)})")
-        if set(run["budget"]) != set(BUDGET_KEYS):
-            raise ValueError(f"budget keys {sorted(run['budget'])} != {sorted(BUDGET_KEYS)}")
+        if not set(BUDGET_KEYS) <= set(run["budget"]) <= set(BUDGET_KEYS) | set(OPTIONAL_BUDGET_KEYS):
+            raise ValueError(f"budget keys {sorted(run['budget'])} != {sorted(BUDGET_KEYS)} (+ optional "
+                             f"{list(OPTIONAL_BUDGET_KEYS)})")
         if not set(METRIC_KEYS) <= set(run["metrics"]) <= set(METRIC_KEYS) | set(COMPOSITE_METRIC_KEYS):
             raise ValueError(f"metric keys differ: {sorted(set(run['metrics']) ^ set(METRIC_KEYS))}")
         _validate_composite_metrics(run["metrics"])
@@ -188,13 +211,14 @@ def write_results(path: Path, runs: Sequence[Mapping[str, Any]]) -> Path:
 def write_csv(path: Path, runs: Sequence[Mapping[str, Any]]) -> Path:
     import csv
 
+    keys = BUDGET_KEYS + tuple(k for k in OPTIONAL_BUDGET_KEYS if any(k in r["budget"] for r in runs))
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["policy", "dataset", "split", *BUDGET_KEYS, *METRIC_KEYS, "failed_episodes",
+        w.writerow(["policy", "dataset", "split", *keys, *METRIC_KEYS, "failed_episodes",
                     *(f"evaluator_{k}" for k in EVALUATOR_KEYS)])
         for r in runs:
             ev = r.get("evaluator") or {}
-            w.writerow([r["policy"], r["dataset"], r["split"], *(r["budget"][k] for k in BUDGET_KEYS),
+            w.writerow([r["policy"], r["dataset"], r["split"], *(r["budget"].get(k, "") for k in keys),
                         *("" if r["metrics"][k] is None else r["metrics"][k] for k in METRIC_KEYS),
                         (r.get("failed") or {}).get("episodes", ""), *(ev.get(k, "") for k in EVALUATOR_KEYS)])
     return path
@@ -203,7 +227,9 @@ def write_csv(path: Path, runs: Sequence[Mapping[str, Any]]) -> Path:
 # --- tables -------------------------------------------------------------------------------------
 
 def budget_label(b: Mapping[str, int]) -> str:
-    return f"k{b['k']} m{b['m']} M{b['M']} T{b['T']} B{b['B']}"
+    """``k5 m4 M24 T6 B16``, with `` tok5355`` under a reader-token budget."""
+    tokens = b.get("tokens")
+    return f"k{b['k']} m{b['m']} M{b['M']} T{b['T']} B{b['B']}" + ("" if tokens is None else f" tok{tokens}")
 
 
 def fmt(v: Any, nd: int = 3) -> str:
@@ -230,9 +256,10 @@ def _cell(run: Mapping[str, Any], column: str) -> str:
     if column in _EQUAL_COST_CELLS:
         d = (run.get("equal_cost") or {}).get(_EQUAL_COST_CELLS[column])
         if not d or d.get("mean") is None:
-            return "-"
-        ci = "" if d.get("lo") is None else f" [{d['lo']:+.3f}, {d['hi']:+.3f}]"
-        return f"{d['mean']:+.3f}{ci}" + ("" if d.get("interpretable") else " (n<30)")
+            return "above curve" if d and d.get("above_curve") else "-"
+        spec = ".2f" if column.startswith("topk tokens ratio") else "+.3f"  # a ratio, not a delta
+        ci = "" if d.get("lo") is None else f" [{d['lo']:{spec}}, {d['hi']:{spec}}]"
+        return f"{d['mean']:{spec}}{ci}" + ("" if d.get("interpretable") else " (n<30)")
     return fmt(run["metrics"].get(column))
 
 
@@ -253,10 +280,11 @@ _UNSAFE = re.compile(r"[^A-Za-z0-9._-]+")
 def trace_path(run_dir: str | Path, policy: str, budget: Mapping[str, Any] | None = None) -> Path:
     """Where a benchmark writes the trace of ``policy`` under ``budget`` (pass it as the env's ``trace_path``).
 
-    ``<run_dir>/traces/<policy>/<k5_m4_M24_T6_B16>.jsonl``; the trace report
+    ``<run_dir>/traces/<policy>/<k5_m4_M24_T6_B16>.jsonl`` (``..._tok5355`` under a token budget); the trace report
     (:mod:`mage_gym.report`) reads exactly this layout (one file per policy
     and budget, never mixed).
     """
     name = _UNSAFE.sub("_", str(policy)).strip("._") or "policy"
-    stem = "_".join(f"{k}{budget[k]}" for k in BUDGET_KEYS if k in budget) if budget else "trace"
+    stem = "_".join(f"{'tok' if k == 'tokens' else k}{budget[k]}" for k in BUDGET_KEYS + OPTIONAL_BUDGET_KEYS
+                    if budget.get(k) is not None) if budget else "trace"
     return Path(run_dir) / "traces" / name / f"{_UNSAFE.sub('_', stem)}.jsonl"

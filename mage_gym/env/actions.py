@@ -22,6 +22,18 @@ Rules (``m``/``M``/``B`` from :class:`~mage_gym.env.budget.Budget`):
   never comes back, and pruning a page prunes all its elements.
 - Stop: always valid; ends the episode.
 
+Under a reader-token budget (``Budget.tokens``; :mod:`mage_gym.env.token_budget`):
+
+- ActivatePage, ActivateNode (with the page it activates) and OpenNode are
+  refused when the render after them would count more reader tokens than the
+  budget; the error names the count it would reach and the budget;
+- SearchEvidence is valid as before; of the pages it would activate (the best
+  UNVISITED ones, as many as the activations left), it activates, best first,
+  those that still fit, each costing 1, and reports the others in
+  ``OpResult.skipped`` (it may activate none: the search is still counted and
+  ends the round);
+- PruneNode only lowers the count, so it is never refused for tokens.
+
 A round also ends after ``m`` paid activations (flat interface) or when an
 LLM policy's round is submitted.
 """
@@ -35,6 +47,7 @@ import numpy as np
 
 from mage_gym.cache import Cache
 from mage_gym.env.state import ACTIVATED, OPENED, PRUNED, UNVISITED, EvidenceState
+from mage_gym.env.token_budget import TokenMeter
 
 
 class Op(IntEnum):
@@ -158,6 +171,7 @@ class OpResult:
     error: str | None = None
     changed: list[int] = field(default_factory=list)  # nodes whose state changed
     ends_round: bool = False
+    skipped: list[int] = field(default_factory=list)  # pages a search left out for the token budget
 
 
 def check_operation(state: EvidenceState, op: Op, node: int, free_text: bool = False) -> str | None:
@@ -181,7 +195,10 @@ def check_operation(state: EvidenceState, op: Op, node: int, free_text: bool = F
             return f"page {p} is pruned (pruning is final)"
         if st[p] != UNVISITED:
             return f"page {p} is already activated"
-        return _activation_budget_error(state)
+        err = _activation_budget_error(state)
+        if err is None and state.tokens is not None:
+            return _token_error(state.tokens, state.tokens.after_activate(p, p, True))
+        return err
     if op == Op.ACTIVATE_NODE:
         if gi.is_page[node]:
             return "ActivateNode needs an element; use ActivatePage for a page"
@@ -189,9 +206,13 @@ def check_operation(state: EvidenceState, op: Op, node: int, free_text: bool = F
             return "the node is pruned (pruning is final)"
         if st[node] != UNVISITED:
             return "the node is already activated"
-        if st[gi.node_page[node]] == PRUNED:
+        p = gi.node_page[node]
+        if st[p] == PRUNED:
             return "the node's page is pruned"
-        return _activation_budget_error(state)
+        err = _activation_budget_error(state)
+        if err is None and state.tokens is not None:
+            return _token_error(state.tokens, state.tokens.after_activate(node, p, st[p] == UNVISITED))
+        return err
     if op == Op.OPEN_NODE:
         if gi.is_page[node]:
             return "pages cannot be opened; open one of its elements"
@@ -199,6 +220,8 @@ def check_operation(state: EvidenceState, op: Op, node: int, free_text: bool = F
             return "the node is already opened" if st[node] == OPENED else "only an activated element can be opened"
         if state.opens_left <= 0:
             return "open budget B is exhausted"
+        if state.tokens is not None:
+            return _token_error(state.tokens, state.tokens.after_open(node))
         return None
     if op == Op.SEARCH:
         err = _activation_budget_error(state)
@@ -220,6 +243,10 @@ def _activation_budget_error(state: EvidenceState) -> str | None:
     if state.round_left <= 0:
         return "no activations left in this round (m)"
     return None
+
+
+def _token_error(meter: TokenMeter, after: int) -> str | None:
+    return meter.refusal(after) if after > meter.limit else None
 
 
 SearchFn = Callable[[], np.ndarray]  # returns float page scores [n_pages] for the operation's query
@@ -266,12 +293,16 @@ def apply_operation(state: EvidenceState, op: Op, node: int, search: SearchFn | 
             raise ValueError("SearchEvidence needs a search function")
         scores = np.asarray(search(), dtype=np.float32)
         best = _best_unvisited_pages(state, scores, min(state.round_left, state.acts_left))
+        meter = state.tokens
         for p in best.tolist():
+            if meter is not None and meter.after_activate(p, p, True) > meter.limit:
+                res.skipped.append(p)
+                continue
+            res.changed.append(p)
             state.activate(p)
             c.acts_used += 1
             c.round_acts += 1
         c.searches += 1
-        res.changed = best.tolist()
         res.ends_round = True
     elif op == Op.PRUNE:
         res.changed = state.prune(node)
@@ -370,4 +401,25 @@ def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -
     case = can_activate + 2 * (can_activate and state.n_unvisited_pages > 0) + 4 * (state.opens_left > 0)
     blocks = mask[1:].reshape(len(SLOT_OPS), K)  # a view: one row per slot operation
     blocks[:, :n] = _RULES_BY_OP[case].take(state.code[slots[:n]], axis=1)
+    if state.tokens is not None:
+        _mask_tokens(state, slots[:n], blocks)
     return mask
+
+
+def _mask_tokens(state: EvidenceState, nodes: np.ndarray, blocks: np.ndarray) -> None:
+    """Clear the activations and opens the token budget refuses: the vectorised twin of :func:`_token_error`'s
+    uses in :func:`check_operation`, for the slots the other rules left open (one gather for the three rows)."""
+    n = len(nodes)
+    rows = [blocks[r, :n] for r in _TOKEN_ROWS]  # views: ActivatePage, ActivateNode, OpenNode
+    on = np.flatnonzero(rows[0] | rows[1] | rows[2])
+    if not len(on):
+        return
+    v = nodes[on]
+    pages = state.gi.node_page[v]
+    fits = state.tokens.fit_slots(v, pages, state.node_state[pages] == UNVISITED)
+    for row, fit in zip(rows, fits):
+        row[on] &= fit
+
+
+#: the mask rows the token budget can clear, in :meth:`TokenMeter.fit_slots` order
+_TOKEN_ROWS = (_ROWS[Op.ACTIVATE_PAGE], _ROWS[Op.ACTIVATE_NODE], _ROWS[Op.OPEN_NODE])

@@ -30,7 +30,9 @@ class EnvConfig:
     """The settings of a MageRAGEnv (the class defaults; the experiments use exactly these, ``conf/env/``).
 
     - ``K``: candidate slots (working set first, then frontier by relevance);
-    - ``budget``: a :class:`Budget` or a mapping with k, m, M, T, B (the MAGE-RAG reference's 5/4/24/6/16);
+    - ``budget``: a :class:`Budget` or a mapping with k, m, M, T, B (the MAGE-RAG reference's 5/4/24/6/16) and
+      ``tokens``, the reader tokens the stop-time render may reach (None, the default: no cap;
+      :mod:`mage_gym.env.token_budget`; ``env.budget.tokens=5355`` on the command line);
     - ``render_mode``: ``visual`` (page images + crops, the paper's reader input) or ``text``;
     - ``reward``: a :class:`RewardConfig` or mapping. ``lambda_cost`` is 1.0: the smallest of
       {0.1, 0.25, 0.5, 1.0} at which reading every page scores below topk_page on the training documents,

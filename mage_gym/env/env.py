@@ -45,6 +45,7 @@ from mage_gym.env.relevance import EpisodeRelevance, QueryFn
 from mage_gym.env.search import EnvRetrieval
 from mage_gym.env.state import ACTIVATED, UNVISITED, EvidenceState
 from mage_gym.env.text_view import build_text_view, frontier_candidates, recent_buffer
+from mage_gym.env.token_budget import TokenMeter, fragment_memo
 from mage_gym.env.turns import (
     Conversation, TurnRecord, aggregate_outcomes, carry_state, reader_question,
 )
@@ -104,9 +105,7 @@ class RoundDecision:
         return asdict(self)
 
 
-def _fragment_memo(gi: GraphIndex) -> dict:
-    """The renderer's node-fragment memo for the index's graph (kept on the index: it lives and dies with it)."""
-    return gi.derived("render.fragments", lambda _: {})
+_fragment_memo = fragment_memo  # the renderer's node fragments, kept on the graph index (shared with the meter)
 
 
 def effective_render_mode(reader: Any, render_mode: str) -> str:
@@ -176,7 +175,11 @@ class MageRAGEnv(gym.Env):
     ``budget`` [4], ``progress`` [2] and ``question`` [384]. With
     ``observation_keys`` including ``"text"``, also ``text``: the escaped XML
     text view (a :class:`~mage_gym.env.observation.UnicodeText`). No gold is in
-    any of them.
+    any of them. A reader-token budget (``budget.tokens``) leaves the spaces and
+    values unchanged (shipped checkpoints keep loading): learned policies see it
+    only through the mask, LLM policies in the text view's ``tokens_left``, and
+    every step's ``info["token_budget"]`` holds ``limit``, ``used`` and ``left``
+    (and ``skipped``: what a reset, turn start or search left out for it).
 
     ## Rewards
 
@@ -227,7 +230,7 @@ class MageRAGEnv(gym.Env):
       its fields (e.g. a Hydra ``env`` node); None: the defaults;
     - ``settings``: :class:`EnvConfig` fields overriding ``config``: ``K``
       (slots, default 64), ``budget`` (a :class:`Budget` or mapping; default
-      5/4/24/6/16), ``render_mode`` (``visual`` or ``text``; a reader that
+      5/4/24/6/16, no token budget), ``render_mode`` (``visual`` or ``text``; a reader that
       takes no images always gets ``text``), ``reward`` (a
       :class:`~mage_gym.reward.RewardConfig` or mapping), ``render_config``,
       ``final_open_pass``, ``observation_keys``, ``conversation_cap``,
@@ -297,6 +300,7 @@ class MageRAGEnv(gym.Env):
         self._n_slots = 0
         self._conv: Conversation | None = None
         self._turn_info: dict[str, Any] = {}  # set when a turn ended in the current step, read by _result
+        self._turn_skipped: list[int] = []  # nodes a new turn left out for the token budget, read by _result
         self._question = ""
         self._prev_question_vec = np.zeros(QUESTION_DIM, dtype=np.float32)
 
@@ -435,7 +439,7 @@ class MageRAGEnv(gym.Env):
         self._conv = Conversation.start(loaded.n_turns, self.budget, self.conversation_cap)
         budget = self._conv.turn_budget(self.budget) if self._conv.is_conversation else self.budget
         # window blocked, entry pages activated: a copy of a per-(graph, question, budget) template
-        state = initial_state(gi, budget, rel, public.page_window, self.budget.k)
+        state = initial_state(gi, budget, rel, public.page_window, self.budget.k, self._meter(gi, public.question))
         self._loaded, self.gi, self.rel, self.state = loaded, gi, rel, state
         self._question = public.question
         self._question_vec = question_features(rel)
@@ -446,12 +450,15 @@ class MageRAGEnv(gym.Env):
         self._pending_reward = 0.0
         self._terminal = None
         self._turn_info = {}
+        self._turn_skipped = []
         self._episode_counter += 1
         if self._observers:
             self._notify("reset", episode=self._episode_counter, seed=seed)
         info: dict[str, Any] = {"episode_id": public.episode_id, "doc_id": public.doc_id, "last_action_error": ""}
         if self._conv.is_conversation:
             info.update(turn=0, n_turns=loaded.n_turns)
+        if state.tokens is not None:
+            info["token_budget"] = self._token_info(state.tokens.skipped)
         return self._observation(), info
 
     def step(self, action: int):
@@ -473,10 +480,32 @@ class MageRAGEnv(gym.Env):
         return self._mask.copy()
 
     def render(self) -> RenderedInput:
-        """The reader input the current working subgraph would give (images stay lazy)."""
+        """The reader input the current working subgraph would give (images stay lazy): the question as the reader
+        is asked it (in a conversation's later turns, with the earlier turns: :func:`reader_question`)."""
         state = self._require()
-        return render(state.gi.graph, state, self.render_mode, self.question, self.render_config,
+        return render(state.gi.graph, state, self.render_mode, self._asked(), self.render_config,
                       _fragment_memo(state.gi))
+
+    def _asked(self) -> str:
+        """The current question as the reader gets it (the render at stop asks exactly this; after the last turn,
+        still that turn's question with the turns before it)."""
+        return reader_question(self.conversation_history[: self.turn], self.question)
+
+    def _meter(self, gi: GraphIndex, asked: str) -> TokenMeter | None:
+        """A reader-token meter for a new state on ``gi`` whose reader is asked ``asked`` (None: no token budget)."""
+        if self.budget.tokens is None:
+            return None
+        return TokenMeter.start(gi, self.budget.tokens, self.render_mode, self.render_config, asked)
+
+    def _token_info(self, skipped: Sequence[int] = ()) -> dict[str, Any]:
+        """``info["token_budget"]``: limit, used, left; ``skipped``: ids of the pages (or carried nodes) the last
+        reset, turn start or search would have activated but left out because they did not fit."""
+        state = self._require()
+        assert state.tokens is not None
+        out: dict[str, Any] = state.tokens.info()
+        if skipped:
+            out["skipped"] = [state.gi.node_ids[v] for v in skipped]
+        return out
 
     def close(self) -> None:
         self.state = None
@@ -667,9 +696,18 @@ class MageRAGEnv(gym.Env):
         el = np.flatnonzero(state.node_state[gi.n_pages:] == ACTIVATED) + gi.n_pages
         if not len(el) or state.opens_left <= 0:
             return
-        el = el[np.lexsort((el, -self.rel.features[el, 0]))][: state.opens_left]
-        for v in el.tolist():
-            self._single(Op.OPEN_NODE, v, phase="final_pass")
+        meter = state.tokens
+        if meter is None:
+            el = el[np.lexsort((el, -self.rel.features[el, 0]))][: state.opens_left]
+            for v in el.tolist():
+                self._single(Op.OPEN_NODE, v, phase="final_pass")
+            return
+        # under a token budget: the most relevant elements that still fit, until B is used
+        for v in el[np.lexsort((el, -self.rel.features[el, 0]))].tolist():
+            if state.opens_left <= 0:
+                break
+            if meter.after_open(v) <= meter.limit:
+                self._single(Op.OPEN_NODE, v, phase="final_pass")
 
     def _finish(self, reason: str) -> None:
         state = self.state
@@ -714,11 +752,18 @@ class MageRAGEnv(gym.Env):
         question, _ = loaded.turn(turn)
         rel = self.retrieval.relevance(loaded.graph, question)
         budget = conv.turn_budget(self.budget)
-        state = carry_state(old, budget, rel.rank_of) if self.carry_over else EvidenceState.new(
-            old.gi, budget, rel.rank_of)
+        meter = self._meter(old.gi, reader_question(conv.history(), question))
+        if self.carry_over:
+            state = carry_state(old, budget, rel.rank_of, meter)
+        else:
+            state = EvidenceState.new(old.gi, budget, rel.rank_of)
+            state.tokens = meter
         # the new question's entry pages are free; pages already held cost nothing
-        activate_entry_pages(state, [p for p in rel.page_order[: self.budget.k].tolist()
-                                      if state.node_state[p] == UNVISITED])
+        skipped = activate_entry_pages(state, [p for p in rel.page_order[: self.budget.k].tolist()
+                                                if state.node_state[p] == UNVISITED])
+        if meter is not None:
+            meter.skipped = meter.skipped + tuple(skipped)
+            self._turn_skipped = list(meter.skipped)
         self._prev_question_vec = self._question_vec
         self.rel, self.state, self._question = rel, state, question
         self._question_vec = question_features(rel)
@@ -801,6 +846,9 @@ class MageRAGEnv(gym.Env):
             if self._turn_info:
                 info.update(self._turn_info)
                 self._turn_info = {}
+        if state.tokens is not None:
+            info["token_budget"] = self._token_info(res.skipped + self._turn_skipped)
+            self._turn_skipped = []
         truncated = state.stopped and state.stop_reason in TRUNCATING_STOP_REASONS
         if state.stopped and self._terminal is not None:
             outcome: Outcome = self._terminal["outcome"]

@@ -12,6 +12,12 @@ by the graph index, the budget, the window and ``k`` (relevance and index are
 shared and read-only). A caller always gets a copy (:meth:`EvidenceState.copy`
 is deep for everything but the read-only graph index and rank order), never
 the template itself.
+
+Under a reader-token budget the template carries its
+:class:`~mage_gym.env.token_budget.TokenMeter` (keyed by what the meter
+depends on: render mode, render config, the question's tokens), and the entry
+pages are activated in retrieval order only when they fit; the ones left out
+are in ``state.tokens.skipped``.
 """
 from __future__ import annotations
 
@@ -24,21 +30,33 @@ from mage_gym.env.budget import Budget
 from mage_gym.env.graph_index import GraphIndex
 from mage_gym.env.relevance import EpisodeRelevance
 from mage_gym.env.state import EvidenceState
+from mage_gym.env.token_budget import TokenMeter
 
 _TEMPLATES: Cache[EvidenceState] = Cache("env.initial_templates", 32)  # ~n_nodes * 70 bytes each (1 MB for 15,500)
 
 
-def activate_entry_pages(state: EvidenceState, pages: Sequence[int]) -> None:
-    """Activate a question's entry pages for free (at reset, and for each later question of a conversation)."""
+def activate_entry_pages(state: EvidenceState, pages: Sequence[int]) -> list[int]:
+    """Activate a question's entry pages for free (at reset, and for each later question of a conversation).
+
+    Under a token budget a page that would push the render past it is left
+    out (the next ones are still tried, in order); returns the pages left out.
+    """
+    meter, skipped = state.tokens, []
     for p in pages:
+        if meter is not None and meter.after_activate(p, p, True) > meter.limit:
+            skipped.append(p)
+            continue
         state.activate(p)
         state.counters.free_acts += 1
+    return skipped
 
 
 def build_initial_state(gi: GraphIndex, budget: Budget, rel: EpisodeRelevance, window: tuple[int, int] | None,
-                        k: int) -> EvidenceState:
-    """A new episode's state: pages outside ``window`` blocked, the ``k`` best pages inside it activated."""
+                        k: int, meter: TokenMeter | None = None) -> EvidenceState:
+    """A new episode's state: pages outside ``window`` blocked, the ``k`` best pages inside it activated
+    (``meter``: the reader-token count of an empty render, under a token budget)."""
     state = EvidenceState.new(gi, budget, rel.rank_of)
+    state.tokens = meter
     entry = rel.page_order
     if window is not None:  # pages outside the episode's window are out of play from the start
         lo, hi = max(0, int(window[0])), min(gi.n_pages - 1, int(window[1]))
@@ -47,15 +65,18 @@ def build_initial_state(gi: GraphIndex, budget: Budget, rel: EpisodeRelevance, w
         if inside.any():
             state.block_pages(np.flatnonzero(~inside))
             entry = entry[inside[entry]]
-    activate_entry_pages(state, entry[:k].tolist())
+    skipped = activate_entry_pages(state, entry[:k].tolist())
+    if meter is not None:
+        meter.skipped = tuple(skipped)
     return state
 
 
 def initial_state(gi: GraphIndex, budget: Budget, rel: EpisodeRelevance, window: Sequence[int] | None,
-                  k: int) -> EvidenceState:
+                  k: int, meter: TokenMeter | None = None) -> EvidenceState:
     """A fresh copy of :func:`build_initial_state`'s result, built at most once per key while it stays cached."""
     win = None if window is None else (int(window[0]), int(window[1]))
-    template = _TEMPLATES.get(rel, (gi, budget, win, int(k)), lambda: build_initial_state(gi, budget, rel, win, k))
+    key = (gi, budget, win, int(k)) if meter is None else (gi, budget, win, int(k), meter.key())
+    template = _TEMPLATES.get(rel, key, lambda: build_initial_state(gi, budget, rel, win, k, meter))
     return template.copy()
 
 

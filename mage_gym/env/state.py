@@ -13,7 +13,10 @@ Invariants (checked by :meth:`EvidenceState.check_invariants`):
 - the frontier is exactly the UNVISITED nodes related to the working set or
   lying on an ACTIVATED page;
 - ``unvisited_ranked``, ``code``, ``dyn`` and ``page_dist`` equal their
-  definitions from the node states (kept incrementally for the step loop).
+  definitions from the node states (kept incrementally for the step loop);
+- under a reader-token budget, ``tokens`` (a :class:`~mage_gym.env.token_budget.TokenMeter`)
+  holds the render's count of the node states, within the budget (or at the
+  empty render's floor, when even that passes it).
 """
 from __future__ import annotations
 
@@ -23,6 +26,7 @@ import numpy as np
 
 from mage_gym.env.budget import Budget
 from mage_gym.env.graph_index import N_KINDS, GraphIndex
+from mage_gym.env.token_budget import TokenMeter
 
 UNVISITED, ACTIVATED, OPENED, PRUNED = 0, 1, 2, 3
 STATE_NAMES: tuple[str, ...] = ("unvisited", "activated", "opened", "pruned")
@@ -170,6 +174,7 @@ class EvidenceState:
     counters: Counters = field(default_factory=Counters)
     stopped: bool = False
     stop_reason: str | None = None
+    tokens: TokenMeter | None = None  # the reader-token count, under a token budget only (Budget.tokens)
 
     def __post_init__(self) -> None:
         self._actpos_div = max(1, self.budget.max_working_set)  # DYN_ACTPOS's divisor (activate runs per step)
@@ -199,6 +204,7 @@ class EvidenceState:
             working=list(self.working), activation_order=list(self.activation_order),
             n_unvisited_pages=self.n_unvisited_pages, counters=self.counters.copy(),
             stopped=self.stopped, stop_reason=self.stop_reason,
+            tokens=None if self.tokens is None else self.tokens.copy(),
         )
 
     # --- budget views ----------------------------------------------------------
@@ -227,8 +233,12 @@ class EvidenceState:
         return self.round_left > 0 and self.acts_left > 0
 
     def budget_left(self) -> dict[str, int]:
-        return {"round_activations": self.round_left, "activations": self.acts_left,
+        """What is left of each budget (traces record it per step); ``tokens`` only under a token budget."""
+        left = {"round_activations": self.round_left, "activations": self.acts_left,
                 "opens": self.opens_left, "rounds": self.rounds_left, "steps": self.steps_left}
+        if self.tokens is not None:
+            left["tokens"] = self.tokens.left
+        return left
 
     # --- state updates (no validity checks here: see actions.py) -----------------
 
@@ -295,6 +305,8 @@ class EvidenceState:
             codes += 2
         else:  # an element's page is already ACTIVATED: only its own state changes
             code[u] += 8
+        if self.tokens is not None:
+            self.tokens.activated(u)
 
     def _recompute_linker(self, nodes: np.ndarray) -> None:
         """DYN_LINKER of ``nodes`` from scratch (after a prune: a max cannot be decremented).
@@ -374,6 +386,8 @@ class EvidenceState:
         self.code[u] += 8  # ACTIVATED -> OPENED
         self.dyn[u, DYN_ACTIVATED] = 0.0
         self.dyn[u, DYN_OPENED] = 1.0
+        if self.tokens is not None:
+            self.tokens.opened(u)
 
     def prune(self, u: int) -> list[int]:
         """Prune ``u`` (and, for a page, all its elements). Returns the changed node indices."""
@@ -385,6 +399,8 @@ class EvidenceState:
         else:
             tg = np.array([u], dtype=np.intp)
         prev = st[tg]
+        if self.tokens is not None:
+            self.tokens.pruned(tg.tolist(), prev.tolist())
         st[tg] = PRUNED
         self.unvisited_ranked[self.rank_of[tg]] = False
         if is_page:  # the page and all its elements (pruned earlier ones too: their page state changes)
@@ -473,3 +489,7 @@ class EvidenceState:
         assert 0 <= c.acts_used <= self.budget.M and 0 <= c.opens_used <= self.budget.B
         assert 0 <= c.round_acts <= self.budget.m and 0 <= c.round <= self.budget.T
         assert c.opens_used >= int(np.sum(st == OPENED))
+        if self.tokens is not None:
+            meter = self.tokens
+            assert (meter.xml_chars, meter.image_tokens) == meter.recount(st), "token count drifted"
+            assert meter.used <= max(meter.limit, meter.floor), "render past the token budget"

@@ -10,6 +10,9 @@ Candidates are the frontier slots (the same ``K`` slots the learned policy
 sees, minus the working set), numbered from 1 in slot order; a round decision
 activates candidates by these numbers. Nodes to open or prune are named by
 their ``id`` from ``<evidence_state>``.
+
+Under a reader-token budget the ``<budget>`` line also says ``tokens_left``
+and ``token_budget`` (the render's reader tokens left, and the cap).
 """
 from __future__ import annotations
 
@@ -70,10 +73,12 @@ def build_text_view(state: EvidenceState, question: str, slots: np.ndarray,
             answer = "" if a is None else esc(a)
             lines.append(f'    <turn n="{i + 1}"><question>{esc(q)}</question><answer>{answer}</answer></turn>')
         lines.append("  </conversation>")
+    tokens = "" if state.tokens is None else \
+        f' tokens_left="{state.tokens.left}" token_budget="{state.tokens.limit}"'
     lines.append(
         f'  <budget round="{min(c.round + 1, b.T)}" rounds="{b.T}" activations_left_in_round="{state.round_left}" '
         f'activations_left="{state.acts_left}" opens_left="{state.opens_left}" '
-        f'steps_used="{c.steps}" step_cap="{b.max_steps}"/>'
+        f'steps_used="{c.steps}" step_cap="{b.max_steps}"{tokens}/>'
     )
     lines.append("  <evidence_state>")
     pages = sorted({int(gi.node_page[v]) for v in state.working})

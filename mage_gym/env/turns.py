@@ -11,7 +11,10 @@ nothing and add nothing). Budgets: ``m, M, T, B`` and the step cap apply per
 turn (opened nodes carried from earlier turns count towards ``B``, which
 bounds what the reader receives); a conversation-wide cap bounds paid activations over all turns
 (:attr:`Conversation.cap`, default :data:`DEFAULT_CAP_FACTOR` x ``M``), so a
-controller gains by reusing what earlier turns gathered.
+controller gains by reusing what earlier turns gathered. A reader-token
+budget applies to each turn's render, question as asked (history included):
+carried nodes are kept in activation order while they fit, the others left
+out (``state.tokens.skipped``), and the entry pages after them likewise.
 
 Why a new state per turn: the state's incremental tables (frontier order,
 ``linker_rel``) are indexed by the question's relevance order; replaying the
@@ -32,7 +35,8 @@ import numpy as np
 
 from mage_gym.env.budget import Budget
 from mage_gym.env.outcome import Outcome
-from mage_gym.env.state import OPENED, EvidenceState
+from mage_gym.env.state import ACTIVATED, OPENED, EvidenceState
+from mage_gym.env.token_budget import TokenMeter
 
 #: Default conversation-wide cap on paid activations, as a multiple of the per-turn ``M``.
 DEFAULT_CAP_FACTOR = 2
@@ -45,14 +49,35 @@ SUMMED_METRICS = frozenset({
 PER_TURN_KEYS = ("reward", "evidence_page_recall", "tokens_rendered")
 
 
-def carry_state(old: EvidenceState, budget: Budget, rank_of: np.ndarray) -> EvidenceState:
-    """A fresh state for the next question holding ``old``'s working set (activation order, opened kept)."""
+def carry_state(old: EvidenceState, budget: Budget, rank_of: np.ndarray,
+                meter: TokenMeter | None = None) -> EvidenceState:
+    """A fresh state for the next question holding ``old``'s working set (activation order, opened kept).
+
+    ``meter`` (under a token budget, for the new question): a node is carried
+    only when it fits, as it was (opened or not); an element whose page was
+    left out is left out too. Left-out nodes go to ``meter.skipped``.
+    """
     state = EvidenceState.new(old.gi, budget, rank_of)
+    state.tokens = meter
+    skipped: list[int] = []
+    gi = old.gi
     for v in old.working:
+        opened = old.node_state[v] == OPENED
+        if meter is not None:
+            page = int(gi.node_page[v])
+            if v != page and state.node_state[page] != ACTIVATED:  # its page was left out
+                skipped.append(v)
+                continue
+            chars, images = meter.costs.share(v, opened)
+            if meter.after(chars, images) > meter.limit:
+                skipped.append(v)
+                continue
         state.activate(v)
-        if old.node_state[v] == OPENED:
+        if opened:
             state.open(v)
-    state.counters.free_acts = len(old.working)  # carried nodes were paid for in earlier turns
+    if meter is not None:
+        meter.skipped = tuple(skipped)
+    state.counters.free_acts = len(state.working)  # carried nodes were paid for in earlier turns
     # B bounds the opened nodes the reader gets: carried opened nodes use it up, as if opened this turn
     state.counters.opens_used = min(budget.B, int(np.sum(state.node_state == OPENED)))
     return state

@@ -91,7 +91,8 @@ def discover(run_dir: str | Path, traces_glob: str = "traces/**/*.jsonl") -> Run
 def budget_label(budget: Mapping[str, Any] | None) -> str:
     if not budget:
         return "?"
-    return " ".join(f"{k}{budget[k]}" for k in BUDGET_KEYS if k in budget)
+    label = " ".join(f"{k}{budget[k]}" for k in BUDGET_KEYS if k in budget)
+    return label if budget.get("tokens") is None else f"{label} tok{budget['tokens']}"
 
 
 def read_traces(rd: RunDir) -> list[TraceEpisode]:

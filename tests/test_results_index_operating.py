@@ -1,0 +1,66 @@
+"""The index opens with the operating-budget table: each controller's delta within topk_page's budget and its
+cost ratio at equal evidence, one column per dataset and split, each linking its run's frontier figure."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mage_gym.bench.results_index import PAGE_NAME, SECTIONS, render_docs, section_of
+from mage_gym.bench.published import load_published
+
+BUDGET = {"k": 5, "m": 4, "M": 24, "T": 6, "B": 16}
+
+
+def _cell(mean: float | None, lo: float | None = None, hi: float | None = None, n: int = 100) -> dict:
+    return {"mean": mean, "lo": lo, "hi": hi, "n": n, "interpretable": n >= 30}
+
+
+def _benchmark_run(policy: str, recall: float, tokens: float, op: dict | None = None, ratio: dict | None = None,
+                   **extra: object) -> dict:
+    run = {"policy": policy, "budget": BUDGET, "dataset": "mmlongbench", "split": "test",
+           "metrics": {"episodes": 116, "evidence_page_recall": recall, "tokens_rendered": tokens}, **extra}
+    if op is not None:
+        run["equal_cost"] = {"baseline": "topk_page", "render_mode": "visual", "ks": [0, 1, 5],
+                             "operating_budget": {"k": 5, "tokens": 5300.0}, "delta_recall_at_operating_budget": op,
+                             "cost_ratio_recall_at_equal_evidence": ratio,
+                             "delta_recall_at_equal_tokens": _cell(0.19, 0.12, 0.26)}
+    return run
+
+
+def _put(root: Path, name: str, runs: list[dict], figure: bool) -> None:
+    folder = root / name
+    folder.mkdir(parents=True)
+    (folder / "results.json").write_text(json.dumps({"runs": runs}))
+    (folder / "provenance.json").write_text(json.dumps({"command": "c", "date": "d", "commit": "abc"}))
+    if figure:
+        (folder / "frontier.png").write_bytes(b"\x89PNG")
+
+
+def test_the_first_table_shows_both_claims_and_links_the_frontier(tmp_path: Path) -> None:
+    root = tmp_path / "docs" / "results"
+    _put(root, "bench_mmlb", [
+        _benchmark_run("topk_page", 0.671, 5324.0),
+        _benchmark_run("topk_elements", 0.373, 789.0, _cell(-0.298, -0.35, -0.24), _cell(1.83, 1.5, 2.2)),
+        _benchmark_run("oracle", 0.95, 5000.0, _cell(0.28, 0.2, 0.33), {**_cell(None), "above_curve": True},
+                       privileged=True)], figure=True)
+    _put(root, "old_equal_tokens", [{"policy": "heuristic", "budget": BUDGET, "dataset": "synth", "split": "test",
+                                     "metrics": {"delta_recall_at_equal_tokens": _cell(0.01, -0.01, 0.03)}}],
+         figure=False)
+    results = {r.name: r for r in load_published(root)}
+    assert section_of(results["bench_mmlb"]) == "operating_budget"
+    assert section_of(results["old_equal_tokens"]) == "equal_tokens"
+    assert list(SECTIONS)[0] == "operating_budget"
+    docs = render_docs(root, root.parent / "RESULTS.md", "gen")
+    index = docs[root.parent / "RESULTS.md"]
+    first = index.index("## " + SECTIONS["operating_budget"])
+    assert first < index.index("## " + SECTIONS["equal_tokens"])
+    table = index[first:index.index("## " + SECTIONS["equal_tokens"])]
+    assert "[mmlongbench test](results/bench_mmlb/README.md)" in table
+    assert "| topk_page: recall · tokens | 0.671 · 5,324 |" in table
+    assert "| topk_elements | -0.298 [-0.350, -0.240] · ×1.83 [1.50, 2.20] |" in table
+    assert "| oracle (privileged) | +0.280 [+0.200, +0.330] · n/a |" in table
+    assert "| recall-token frontier | [figure](results/bench_mmlb/frontier.png) |" in table
+    assert "| budget (topk_page's render mode) | k=5 (visual) |" in table
+    # the result's own page shows the comparison figures of each run's equal_cost block
+    page = docs[root / "bench_mmlb" / PAGE_NAME]
+    assert "delta_recall_at_operating_budget" in page and "-0.298 [-0.350, -0.240]" in page

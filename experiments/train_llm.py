@@ -270,6 +270,21 @@ def train_sft(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repor
     return trainer
 
 
+def heldout_change(evals: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The last held-out evaluation minus the first (the run's start), paired over tasks, with 95% intervals."""
+    if len(evals) < 2:
+        return None
+    from mage_gym.bench import paired_delta
+
+    first, last = evals[0]["heldout/per_task"], evals[-1]["heldout/per_task"]
+    out: dict[str, Any] = {"from_step": evals[0]["step"], "to_step": evals[-1]["step"], "tasks": len(first),
+                           "reward": paired_delta([r["reward"] for r in last], [r["reward"] for r in first])}
+    pairs = [(b["recall"], a["recall"]) for a, b in zip(first, last) if a["recall"] is not None]
+    if pairs:
+        out["recall"] = paired_delta([p[0] for p in pairs], [p[1] for p in pairs])
+    return out
+
+
 def curves(log_history: list[Mapping[str, Any]]) -> dict[str, list]:
     """Per-step values of :data:`CURVES` (None where a step did not log the key)."""
     steps = [h for h in log_history if "step" in h and any(k in h for k in CURVES)]
@@ -320,6 +335,7 @@ def main(cfg: DictConfig) -> None:
         "lora": section(c, "lora"), "dtype": c.get("dtype"), "autocast": c.get("autocast"),
         "model_dir": str(out / "model") if c.get("save_model", True) else None,
     }
+    results["heldout_change"] = heldout_change(results["heldout"])
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(json.dumps({k: results[k] for k in ("algo", "model", "global_step", "train_s")}, indent=1))
     print(f"results: {out / 'results.json'}")

@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from mage_gym.agent.rollout import TRAINED_CHAT
 from mage_gym.env import RoundDecision
 from mage_gym.readers.base import ReaderOutput
 from mage_gym.readers.errors import BackendFailureRateError, ReaderConfigError, error_kind
@@ -452,8 +453,7 @@ class LLMEvaluatorPolicy(BasePolicy):
 
 #: the shipped controller's backend and chat settings (the ones it was trained with: conf/train_llm.yaml's chat)
 CONTROLLER_BACKEND: dict[str, Any] = {"reader": "hf", "model": "smollm2-controller", "max_new_tokens": 64}
-CONTROLLER_CHAT: dict[str, Any] = {"max_candidates": 8, "preview_chars": 100, "summary_chars": 150,
-                                   "content_chars": 600, "tools_in_prompt": False, "structured_replies": True}
+CONTROLLER_CHAT: dict[str, Any] = {**TRAINED_CHAT, "structured_replies": True}
 
 
 class LLMControllerPolicy(LLMEvaluatorPolicy):

@@ -168,3 +168,74 @@ def test_replies_reusing_the_conversations_cache_equal_fresh_ones(tmp_path: Path
         outcomes.append([play_task(env, player, str(env.task_id(e)), max_replies=3) for e in env.episode_ids[:2]])
     assert outcomes[0] == outcomes[1]
     assert any(o["replies"] > 1 for o in outcomes[0])  # later turns did reuse a cached prefix
+
+
+# --- the guide's new entry points, at test scale --------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(args: list[str], timeout: int = 900) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               WANDB_MODE="offline", TRL_EXPERIMENTAL_SILENCE="1")
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    from agent_helpers import one_document_corpus
+
+    return one_document_corpus(tmp_path_factory.mktemp("teacher_synth"), pages=6, questions=4)
+
+
+@pytest.mark.slow
+def test_the_teacher_table_plays_each_teacher_both_ways(corpus, tmp_path):
+    out = tmp_path / "tt"
+    _run(["experiments/teacher_table.py", "env.parser=fast", "retriever=bm25", "torch_threads=1", "logger=none",
+          "budget=tight", "teachers=[oracle,graph_follower]", f"sets.synth_bridge.root={corpus}",
+          "sets.synth_bridge.split=all", f"sets.synth_single.root={corpus}", "sets.synth_single.split=all",
+          "sets.mmlongbench.enabled=false", "sets.financebench.enabled=false", f"hydra.run.dir={out}"])
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert {(r["dataset"], r["policy"]) for r in runs} >= {("synth_single", "oracle"), ("synth_single", "graph_follower")}
+    oracle = next(r for r in runs if r["policy"] == "oracle")
+    assert oracle["privileged"] is True and not next(r for r in runs if r["policy"] == "graph_follower")["privileged"]
+    m = oracle["metrics"]
+    assert m["tokens_env"] > 0 and m["tokens_chat"] > 0 and "mean" in m["delta_tokens_chat_minus_env"]
+
+
+@pytest.mark.slow
+def test_agreement_and_the_controller_in_the_benchmark(corpus, tmp_path):
+    from agent_helpers import build_tiny_chat_model
+
+    model = build_tiny_chat_model(tmp_path / "model", teach='<tool_call>{"name": "stop", "arguments": {}}</tool_call>',
+                                  steps=40)
+    common = [f"dataset.root={corpus}", "env.parser=fast", "retriever=bm25", "torch_threads=1", "logger=none"]
+    _run(["experiments/export_transcripts.py", "dataset=synth", *common, "policy_name=oracle", "budget=tight",
+          f"hydra.run.dir={tmp_path / 'tx'}"])
+    _run(["experiments/analysis/llm_agreement.py", "--model", str(model), "--transcripts",
+          str(tmp_path / "tx" / "transcripts.jsonl"), "--limit", "2", "--max-turns", "2", "--max-new-tokens", "16",
+          "--out", str(tmp_path / "agree")])
+    res = json.loads((tmp_path / "agree" / "results.json").read_text())["models"][str(model)]
+    assert res["turns"] >= 2 and 0 <= res["exact"] <= res["tool"] <= 1
+    out = tmp_path / "bench"
+    _run(["experiments/benchmark.py", "dataset=synth", *common, "budget=tight", "dataset.limit=2",
+          "policies=[topk_page,llm_controller]", f"policy.llm_controller.backend.model={model}",
+          "policy.llm_controller.backend.max_new_tokens=16", f"hydra.run.dir={out}"])
+    runs = {r["policy"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    ev = runs["llm_controller"]["evaluator"]
+    assert runs["llm_controller"]["metrics"]["episodes"] == 2 and ev["calls"] >= 2
+    assert "equal_cost" in runs["llm_controller"]
+
+
+@pytest.mark.slow
+def test_the_llm_loop_speed_script_at_toy_sizes(tmp_path):
+    _run(["experiments/perf/perf_llm_loop.py", "--prompt-tokens", "16", "--new-tokens", "2", "--train-tokens", "16",
+          "--repeats", "1", "--threads", "1", "--out", str(tmp_path)])
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert set(res["dtypes"]) == {"float32", "bfloat16"}
+    assert all(v["train_tok_s"] > 0 and v["generation_tok_s"] > 0 for v in res["dtypes"].values())

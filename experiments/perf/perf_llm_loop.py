@@ -54,11 +54,11 @@ def timed(fn: Callable[[], Any], repeats: int) -> list[float]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--prompt-tokens", type=int, default=1500)
-    ap.add_argument("--new-tokens", type=int, default=32)
-    ap.add_argument("--train-tokens", type=int, default=1500)
+    ap.add_argument("--prompt-tokens", type=int, default=1024)
+    ap.add_argument("--new-tokens", type=int, default=16)
+    ap.add_argument("--train-tokens", type=int, default=1024)
     ap.add_argument("--lora-r", type=int, default=8)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--out", type=Path, default=Path("outputs/perf_llm_loop"))
     args = ap.parse_args(argv)

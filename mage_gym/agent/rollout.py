@@ -17,6 +17,11 @@ from typing import Any, Mapping, Sequence
 
 from mage_gym.agent.tools import TOOLS
 
+#: The chat settings the shipped controller was trained with (conf/train_llm.yaml's ``chat``): eight candidates a
+#: turn and clipped texts keep a tight-budget episode within SmolLM2's window; the chat template lists the tools.
+TRAINED_CHAT: dict[str, Any] = {"max_candidates": 8, "preview_chars": 100, "summary_chars": 150, "content_chars": 600,
+                                "tools_in_prompt": False}
+
 
 def as_structured(reply: Any, turn: int) -> Any:
     """``reply`` (text from a model) as an assistant message with ``tool_calls`` when every call in it parses.

@@ -17,21 +17,17 @@ from mage_gym.bench.envs import env_kwargs
 
 def chat_episodes(cfg: Mapping[str, Any], split: str | None = None) -> list[Any]:
     """The ``dataset`` node's episodes (``split`` overrides ``dataset.split``); a ConfigError when none."""
+    from mage_gym.bench.episodes import by_tags
     from mage_gym.data.registry import load_dataset
 
     ds = section(cfg, "dataset")
     split = split or ds.get("split", "all")
-    tags, skip = cfg.get("task_tags"), cfg.get("exclude_tags")
+    tags, skip = cfg.get("task_tags"), cfg.get("exclude_tags")  # e.g. [bridge]: the generator's question kinds
     limit = ds.get("limit")
     episodes = load_dataset(ds["name"], root=ds.get("root"), split=split, limit=None if (tags or skip) else limit,
                             seed=ds.get("seed", 0))
-    if tags:  # e.g. [bridge]: the generator's question kinds (never shown to the model)
-        episodes = [e for e in episodes if set(getattr(e, "task_tags", ()) or ()) & set(tags)]
-    if skip:  # e.g. [bridge, unanswerable]: the single-hop questions
-        episodes = [e for e in episodes if not set(getattr(e, "task_tags", ()) or ()) & set(skip)]
-    if (tags or skip) and limit is not None and len(episodes) > int(limit):  # the limit counts kept questions,
-        step = len(episodes) / int(limit)                                     # spread over the whole split
-        episodes = [episodes[int(i * step)] for i in range(int(limit))]
+    if tags or skip:  # the limit counts kept questions, spread over the whole split
+        episodes = by_tags(episodes, tags, skip, limit)
     if not episodes:
         raise ConfigError(f"dataset {ds['name']!r} (root={ds.get('root')!r}, split={split!r}, task_tags={tags}, "
                           f"exclude_tags={skip}) has no episodes")

@@ -27,11 +27,29 @@ def load_episodes(ds: Mapping[str, Any], split: str | None = None, limit: int | 
     """Episodes of a ``dataset`` node (name, root, split, limit, seed); ``split``/``limit`` override the node's."""
     from mage_gym.data.registry import load_dataset
 
+    tags, skip = ds.get("task_tags"), ds.get("exclude_tags")  # e.g. +dataset.task_tags=[bridge]
+    n = ds.get("limit") if limit == "cfg" else limit
     eps = load_dataset(ds["name"], root=ds.get("root"), split=split or ds.get("split", "all"),
-                       limit=ds.get("limit") if limit == "cfg" else limit, seed=int(ds.get("seed", 0)))
+                       limit=None if (tags or skip) else n, seed=int(ds.get("seed", 0)))
+    if tags or skip:
+        eps = by_tags(eps, tags, skip, n)
     if usable_only:
         eps = [e for e in eps if e.usable_for_training]
     return eps
+
+
+def by_tags(episodes: Sequence[Any], tags: Sequence[str] | None, skip: Sequence[str] | None,
+            limit: int | None = None) -> list[Any]:
+    """Episodes with one of ``tags`` and none of ``skip`` (the generator's question kinds: ``bridge``,
+    ``unanswerable``...), then at most ``limit`` of them spread evenly over the list (not its first documents)."""
+    def kinds(e: Any) -> set[str]:
+        return set(getattr(e, "task_tags", ()) or ())
+
+    out = [e for e in episodes if (not tags or kinds(e) & set(tags)) and not (skip and kinds(e) & set(skip))]
+    if limit is not None and len(out) > int(limit):
+        step = len(out) / int(limit)
+        out = [out[int(i * step)] for i in range(int(limit))]
+    return out
 
 
 def prepare_graphs(episodes: Sequence[Any], parser: str = "layout", workers: int = 1,

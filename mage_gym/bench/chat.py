@@ -17,17 +17,13 @@ from mage_gym.bench.envs import env_kwargs
 
 def chat_episodes(cfg: Mapping[str, Any], split: str | None = None) -> list[Any]:
     """The ``dataset`` node's episodes (``split`` overrides ``dataset.split``); a ConfigError when none."""
-    from mage_gym.bench.episodes import by_tags
-    from mage_gym.data.registry import load_dataset
+    from mage_gym.bench.episodes import load_episodes
 
     ds = section(cfg, "dataset")
     split = split or ds.get("split", "all")
     tags, skip = cfg.get("task_tags"), cfg.get("exclude_tags")  # e.g. [bridge]: the generator's question kinds
-    limit = ds.get("limit")
-    episodes = load_dataset(ds["name"], root=ds.get("root"), split=split, limit=None if (tags or skip) else limit,
-                            seed=ds.get("seed", 0))
-    if tags or skip:  # the limit counts kept questions, spread over the whole split
-        episodes = by_tags(episodes, tags, skip, limit)
+    episodes = load_episodes({**ds, "split": split, "task_tags": tags or ds.get("task_tags"),
+                              "exclude_tags": skip or ds.get("exclude_tags")})
     if not episodes:
         raise ConfigError(f"dataset {ds['name']!r} (root={ds.get('root')!r}, split={split!r}, task_tags={tags}, "
                           f"exclude_tags={skip}) has no episodes")

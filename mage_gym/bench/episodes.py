@@ -27,11 +27,17 @@ def load_episodes(ds: Mapping[str, Any], split: str | None = None, limit: int | 
     """Episodes of a ``dataset`` node (name, root, split, limit, seed); ``split``/``limit`` override the node's."""
     from mage_gym.data.registry import load_dataset
 
-    tags, skip = ds.get("task_tags"), ds.get("exclude_tags")  # e.g. +dataset.task_tags=[bridge]
+    # e.g. +dataset.task_tags=[bridge]; +dataset.cached_only=fast: documents whose graph that parser already built
+    tags, skip, cached = ds.get("task_tags"), ds.get("exclude_tags"), ds.get("cached_only")
     n = ds.get("limit") if limit == "cfg" else limit
+    filtered = bool(tags or skip or cached)
     eps = load_dataset(ds["name"], root=ds.get("root"), split=split or ds.get("split", "all"),
-                       limit=None if (tags or skip) else n, seed=int(ds.get("seed", 0)))
-    if tags or skip:
+                       limit=None if filtered else n, seed=int(ds.get("seed", 0)))
+    if cached:
+        from mage_gym.graph.build import is_cached
+
+        eps = [e for e in eps if is_cached(e.source, str(cached))]
+    if filtered:  # the limit counts the questions kept, spread over the split
         eps = by_tags(eps, tags, skip, n)
     if usable_only:
         eps = [e for e in eps if e.usable_for_training]

@@ -239,3 +239,20 @@ def test_the_llm_loop_speed_script_at_toy_sizes(tmp_path):
     res = json.loads((tmp_path / "results.json").read_text())
     assert set(res["dtypes"]) == {"float32", "bfloat16"}
     assert all(v["train_tok_s"] > 0 and v["generation_tok_s"] > 0 for v in res["dtypes"].values())
+
+
+def test_cached_only_keeps_documents_whose_graph_is_built(tmp_path, monkeypatch):
+    from agent_helpers import one_document_corpus
+    from mage_gym.bench.episodes import load_episodes
+    from mage_gym.graph import build_graph
+    from mage_gym.graph.build import is_cached
+
+    monkeypatch.setenv("MAGE_GYM_CACHE", str(tmp_path / "cache"))
+    root = one_document_corpus(tmp_path / "c", pages=4, questions=3)
+    node = {"name": "synth", "root": str(root), "split": "all", "cached_only": "fast"}
+    assert load_episodes(node) == []  # nothing built yet: no episode, and no parse started
+    source = load_episodes({**node, "cached_only": None})[0].source
+    assert not is_cached(source, "fast")
+    build_graph(source, parser="fast", progress=False)
+    assert is_cached(source, "fast") and not is_cached(source, "layout")
+    assert len(load_episodes(node)) == 3

@@ -43,13 +43,11 @@ def cpu_flags() -> list[str]:
     return sorted(f for f in flags if f.startswith(("amx", "avx512_bf16", "avx512f", "avx512_vnni", "avx_vnni")))
 
 
-def timed(fn: Callable[[], Any], repeats: int) -> list[float]:
-    out = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
+def seconds(fn: Callable[[], Any]) -> float:
+    """Wall seconds of one call of ``fn()``."""
+    t0 = time.perf_counter()
+    fn()
+    return time.perf_counter() - t0
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -110,9 +108,9 @@ def main(argv: list[str] | None = None) -> int:
         train_step(name)
     for _ in range(args.repeats):  # alternate dtypes so load changes hit both
         for name, m in models.items():
-            rows[name]["prefill"] += timed(lambda: prefill(m), 1)
-            rows[name]["generate"] += timed(lambda: generate(m), 1)
-            rows[name]["train"] += timed(lambda: train_step(name), 1)
+            rows[name]["prefill"].append(seconds(lambda: prefill(m)))
+            rows[name]["generate"].append(seconds(lambda: generate(m)))
+            rows[name]["train"].append(seconds(lambda: train_step(name)))
     results: dict[str, Any] = {"kind": "perf_llm_loop", "model": "SmolLM2-135M-Instruct", "cpu_flags": cpu_flags(),
                                "threads": args.threads, "prompt_tokens": args.prompt_tokens,
                                "new_tokens": args.new_tokens, "train_tokens": args.train_tokens,

@@ -180,7 +180,7 @@ def test_the_doc_types_no_measured_figure():
     figures = {f.rstrip(".,") for f in re.findall(r"(?<![\w.-])\d[\d,.]*%?", prose)}
     assert figures <= {"2", "3", "410", "5%", "8,192", "95%"}, figures
     linked = re.findall(r"\]\((results/[\w/]+?)/?\)", DOC)
-    assert {"results/llm_train_smollm2_cpu", "results/llm_controller_synth_benchmark", "results/perf_agent"} <= set(linked)
+    assert {"results/teacher_table_synth", "results/llm_sft_lora_smollm2", "results/perf_agent"} <= set(linked)
     for rel in linked:
         folder = REPO / "docs" / rel
         assert (folder / "results.json").is_file() and (folder / "provenance.json").is_file(), rel

@@ -157,6 +157,7 @@ def agreement(model: LocalChatModel, rows: Sequence[Mapping[str, Any]], max_turn
     turns = exact = tool = bad = 0
     episodes_all = 0
     by_tool: dict[str, list[int]] = {}
+    examples: list[dict[str, Any]] = []  # the first replies beside the teacher's, to read what differs
     for row in rows:
         msgs = row["messages"]
         all_ok = True
@@ -170,6 +171,8 @@ def agreement(model: LocalChatModel, rows: Sequence[Mapping[str, Any]], max_turn
             want = _calls(m)
             got_text = model.reply(msgs[:i])
             got = _calls({"content": got_text})
+            if len(examples) < 12:
+                examples.append({"task": row.get("task"), "teacher": want, "reply": got_text[:300]})
             turns += 1
             hit = got == want
             exact += hit
@@ -183,4 +186,5 @@ def agreement(model: LocalChatModel, rows: Sequence[Mapping[str, Any]], max_turn
         episodes_all += all_ok
     return {"turns": turns, "episodes": len(rows), "exact": exact / max(1, turns), "tool": tool / max(1, turns),
             "unparseable": bad / max(1, turns), "episodes_all_exact": episodes_all / max(1, len(rows)),
-            "by_teacher_tool": {k: {"exact": v[0] / v[1], "turns": v[1]} for k, v in by_tool.items()}}
+            "by_teacher_tool": {k: {"exact": v[0] / v[1], "turns": v[1]} for k, v in by_tool.items()},
+            "examples": examples}

@@ -70,7 +70,7 @@ def test_the_first_example_says_what_to_run_first_and_names_the_shipped_controll
     first = DOC.index("```python")
     assert "experiments/make_synth.py preset=tiny" in DOC[:first]
     code = PYTHON[0]
-    assert code.count("\n") <= 16 and 'root="data_out/synth/tiny_seed0"' in code
+    assert code.count("\n") <= 18 and 'root="data_out/synth/tiny_seed0"' in code
     assert '"policies/checkpoints/llm_controller_smollm2"' in code
     assert (REPO / "policies" / "checkpoints" / "llm_controller_smollm2" / "adapter_config.json").is_file()
 
@@ -87,7 +87,7 @@ def test_the_ten_lines_with_a_local_model(corpus, tmp_path):
     scope: dict = {}
     exec(compile(run, "LLM_TRAINING.md", "exec"), scope)  # noqa: S102 - the doc's own code
     info = scope["info"]
-    assert isinstance(scope["reward"], float) and "format_errors_total" in info
+    assert isinstance(scope["reward"], float) and "reward_components" in info and "format_errors_total" in info
     replies = [m for m in scope["messages"] if m.get("role") == "assistant"]
     assert 1 <= len(replies) <= 2
     assert any(m.get("role") == "tool" for m in scope["messages"]) or info["format_errors_total"] > 0

@@ -129,8 +129,9 @@ def section_of(r: PublishedResult) -> str:
         return "superseded"
     runs = r.runs or []
     metrics = [_metrics(run) for run in runs]
-    if any(_is_interval(figure(run, OPERATING)) for run in runs):
-        return "operating_budget"
+    operating = [run for run in runs if _is_interval(figure(run, OPERATING))]
+    if operating:  # a run on val only chose settings: listed with its title, the table reports the rest
+        return "operating_budget" if any(run.get("split") != "val" for run in operating) else "other"
     if any(_is_interval(m.get(DELTA)) for m in metrics):
         return "equal_tokens"
     if any("topk_recall" in m and "oracle_recall" in m for m in metrics):
@@ -285,7 +286,8 @@ def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[st
             "curve to reach the controller's recall over the controller's own (above 1: the same evidence for "
             "fewer tokens). Only the first figure supports \"finds more evidence\". Mean over seeds [95% interval "
             "over questions]; topk_page's curve in the controller's render mode (whole page images for "
-            "elements-mode controllers); `*`: under 30 questions; n/a: outside topk_page's curve.", ""
+            "elements-mode controllers); `*`: under 30 questions; n/a: outside topk_page's curve. Runs on val "
+            "only (where settings are chosen) are under Other results.", ""
             ] + _plain_table(header, body)
 
 

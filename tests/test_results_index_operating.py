@@ -96,3 +96,15 @@ def test_a_run_on_val_only_chose_settings_and_is_listed_not_tabled(tmp_path: Pat
     first, other = (index.split(f"## {SECTIONS[name]}")[1].split("\n## ")[0] for name in ("operating_budget", "other"))
     assert "on_test" in first and "choice_on_val" not in first and "0.752" not in index
     assert "[choice_on_val](results/choice_on_val/README.md)" in other
+
+
+def test_a_headroom_run_without_its_slot_reach_says_not_run(tmp_path: Path) -> None:
+    """headroom.py with slot_reach.enabled=false measures no slot reach: the index says so instead of n/a."""
+    root = tmp_path / "docs" / "results"
+    metrics = {"episodes": 419, "topk_recall": 0.706, "oracle_recall": 0.888,
+               "reach_1hop": {"any": 0.846}, "chance_1hop": {"any": 0.784}}
+    _put(root, "headroom_x", [{"dataset": "mmlongbench", "split": "all", "budget": BUDGET, "metrics": metrics}],
+         figure=False)
+    index = render_docs(root, root.parent / "RESULTS.md", "gen")[root.parent / "RESULTS.md"]
+    row = next(line for line in index.splitlines() if line.startswith("| [headroom_x]"))
+    assert row.endswith("| 0.846 (0.784) | not run |")

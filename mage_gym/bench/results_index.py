@@ -344,6 +344,9 @@ def _headroom(results: Sequence[PublishedResult], link: Link) -> list[str]:
                                 budget_text(run.get("budget")), m.get("episodes")]
             for _, path in HEADROOM_COLUMNS:
                 value, _, chance = path.partition("|")
+                if _get(m, value) is None and _get(m, chance) is None:
+                    cells.append("not run")  # e.g. headroom.py slot_reach.enabled=false
+                    continue
                 cells.append(format_cell(_get(m, value)) + (f" ({format_cell(_get(m, chance))})" if chance else ""))
             rows.append(cells)
     return (["Page recall of the entry pages (topk_page's k, then 2k and 3k pages) and of the privileged oracle "

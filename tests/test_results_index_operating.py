@@ -108,3 +108,18 @@ def test_a_headroom_run_without_its_slot_reach_says_not_run(tmp_path: Path) -> N
     index = render_docs(root, root.parent / "RESULTS.md", "gen")[root.parent / "RESULTS.md"]
     row = next(line for line in index.splitlines() if line.startswith("| [headroom_x]"))
     assert row.endswith("| 0.846 (0.784) | not run |")
+
+
+def test_a_run_over_several_k_is_shown_at_the_default_k_and_no_k_is_taken_for_a_knob(tmp_path: Path) -> None:
+    """The main job plays k=2, 5, 8, each with topk_page uncapped: three operating points, not knob settings."""
+    root = tmp_path / "docs" / "results"
+    runs = []
+    for k, recall in ((2, 0.61), (5, 0.83), (8, 0.94)):
+        b = {**BUDGET, "k": k}
+        runs += [{**_benchmark_run("heuristic", recall, 1000.0 * k, _cell(k / 100, 0.0, 0.1), _cell(1.0, 0.9, 1.1)),
+                  "budget": b}, {**_benchmark_run("topk_page", recall, 1000.0 * k), "budget": b}]
+    _put(root, "several_k", runs, figure=False)
+    index = render_docs(root, root.parent / "RESULTS.md", "gen")[root.parent / "RESULTS.md"]
+    assert "| budget (topk_page's render mode) | k=5 (visual) |" in index
+    assert "| heuristic | +0.050 [+0.000, +0.100] · ×1.00 [0.90, 1.10] |" in index
+    assert "heuristic (k=" not in index

@@ -190,11 +190,22 @@ def _policy_label(run: Mapping[str, Any]) -> str:
     return f"{name} (privileged)" if run.get("privileged") else name
 
 
+def _plain_topk(runs: Sequence[Mapping[str, Any]]) -> bool:
+    """topk_page played this budget uncapped: the budget is an operating point of its own, not a knob setting."""
+    return any(run.get("policy") == "topk_page" and "tokens" not in (run.get("budget") or {}) for run in runs)
+
+
 def _base_budget(by_budget: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
-    """A column's budget: the one uncapped topk_page played (its operating point), else the one most runs played."""
-    for budget, runs in by_budget.items():
-        if any(run.get("policy") == "topk_page" and "tokens" not in (run.get("budget") or {}) for run in runs):
+    """A column's budget: an uncapped topk_page's (its operating point; of several, the env's default k's),
+    else the one most runs played."""
+    from mage_gym.env.budget import Budget
+
+    plain = [b for b, runs in by_budget.items() if _plain_topk(runs)]
+    for budget in plain:
+        if any((run.get("budget") or {}).get("k") == Budget().k for run in by_budget[budget]):
             return budget
+    if plain:
+        return plain[0]
     return max(by_budget, key=lambda b: len(by_budget[b]))  # max keeps the first of equals
 
 
@@ -252,7 +263,7 @@ def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[st
             budget = _base_budget(by_budget)
             rows = list(by_budget[budget])
             for other, runs in by_budget.items():  # settings of a knob (entry pages, a token cap) read at the budget
-                if other != budget:
+                if other != budget and not _plain_topk(runs):  # another k of topk_page's own: on the run's page
                     rows += [{**run, "setting": _budget_change(run.get("budget"), by_budget[budget][0].get("budget"))}
                              for run in runs if _is_interval(figure(run, OPERATING))]
             columns.append((r, (*key, budget), rows))

@@ -114,16 +114,24 @@ class LlamaServer:
             self._log.flush()
         return self.log_path.read_text(errors="replace")
 
-    def requests(self, path: str = "/v1/chat/completions") -> list[int]:
+    def requests(self, path: str = "/v1/chat/completions", at_least: int = 0, wait_s: float = 30.0) -> list[int]:
         """HTTP statuses of the completion requests in the server's own log, in order.
 
         200 per finished task, the error code per refused request (bad body,
         images for a text-only model ...) or failed task. llama.cpp logs no
         path, so ``path`` must be a completion path; other paths (``/models``)
-        are not in its log.
+        are not in its log. The server writes a line after its reply has left,
+        so a loaded machine may read the log before the last line: ``at_least``
+        waits (up to ``wait_s``) for that many entries, then returns them all.
         """
         if path not in COMPLETION_PATHS:
             raise ValueError(f"the server's log records completion requests only, not {path!r}")
+        deadline = time.monotonic() + wait_s
+        while len(out := self._statuses()) < at_least and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return out
+
+    def _statuses(self) -> list[int]:
         out: list[int] = []
         for line in self.output().splitlines():
             if _FINISHED.search(line):

@@ -92,7 +92,8 @@ def test_readme_paper_command_reaches_a_real_server_on_a_real_document(data_root
                       f"policy.llm_evaluator.cache={tmp_path / 'evaluator.sqlite'}"]
             run_benchmark([*args, f"dataset.root={data_root / 'mmlongbench-dev'}", *CI_SIZE, *caches],
                           tmp_path / "run")
-            statuses = server.requests()
+            chat_sent = sum(e["path"].endswith("/chat/completions") for e in proxy.entries())
+            statuses = server.requests(at_least=chat_sent)
         finally:
             proxy.stop()
     (run,) = runs_of(tmp_path / "run")

@@ -48,7 +48,7 @@ def test_server_answers_chat_completions_and_its_log_records_each_request(tmp_pa
         too_long = _post(url, _chat("word " * 400))
         assert too_long[0] == 400 and "context" in too_long[1]["error"]["message"]
         assert _post(url, b"{not json")[0] == 400
-        assert server.requests() == [200, 500, 400, 400]
+        assert server.requests(at_least=4) == [200, 500, 400, 400]
         with pytest.raises(ValueError, match="completion requests only"):
             server.requests("/v1/models")
 

@@ -65,7 +65,9 @@ MODULES: dict[str, Target] = {
                         "tests/test_reward_rules.py", "tests/test_render.py", "tests/test_env.py")),
     "render": Target(("mage_gym/render.py",),
                      ("tests/test_render.py", "tests/test_render_rules.py", "tests/test_coverage.py", "tests/test_reward.py",
-                      "tests/test_union_graph.py", "tests/test_images.py", "tests/test_env_crossdoc.py")),
+                      "tests/test_union_graph.py", "tests/test_images.py", "tests/test_env_crossdoc.py",
+                      # node_share and frame_chars: the token budget's per-node shares, checked against renders
+                      "tests/test_token_budget.py")),
     "bench/equal_cost": Target(("mage_gym/bench/equal_cost.py",),
                                ("tests/test_equal_cost.py", "tests/test_learned_report.py",
                                 "tests/test_aggregate_seeds.py", "tests/test_operating_budget.py",

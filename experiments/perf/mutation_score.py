@@ -86,7 +86,8 @@ MODULES: dict[str, Target] = {
                            # 90 s under load, and it reads images, not the parser's rules
                            "--deselect", "tests/test_agent_chat_env.py::test_vision_parts_and_their_openai_form")),
     "retrieval/rerank": Target(("mage_gym/retrieval/rerank.py",), ("tests/test_rerank.py", "tests/test_rerank_rules.py")),
-    "scoring": Target(("mage_gym/scoring/*",), ("tests/test_scoring.py", "tests/test_scoring_runs.py", "tests/test_extract.py")),
+    "scoring": Target(("mage_gym/scoring/*",), ("tests/test_scoring.py", "tests/test_scoring_rules.py",
+                                                "tests/test_scoring_runs.py", "tests/test_extract.py")),
 }
 
 #: mutmut's statuses that mean the tests noticed the mutant

@@ -213,3 +213,42 @@ def test_a_crop_loads_with_the_configured_padding() -> None:
 
     fake = SimpleNamespace(crop=lambda node, dpi=0, pad=0: (node, dpi, pad))
     assert _crop_loader(fake, 7, RenderConfig(crop_dpi=100, crop_pad=0.03))() == (7, 100, 0.03)
+
+
+@pytest.mark.parametrize("mode", ["visual", "text", "elements"])
+def test_node_share_is_what_render_adds_and_shares_renders_memo(graph, mode: str) -> None:
+    """Every node's share (pages included) is the XML and image tokens a render of it adds; with a memo the
+    shares read the fragments render stored (the same objects) and store theirs under render's keys."""
+    from mage_gym.render import frame_chars, node_share
+
+    cfg = RenderConfig()
+    for v in range(graph.n_nodes):
+        for opened in ((False,) if v < graph.n_pages else (False, True)):
+            p = int(graph.node_page[v])
+            st = np.zeros(graph.n_nodes, dtype=np.int8)
+            st[p] = 1
+            base = render(graph, st, mode, config=cfg)
+            st[v] = 2 if opened else 1
+            out = render(graph, st, mode, config=cfg)
+            chars, images = node_share(graph, v, opened, mode, cfg)
+            if v < graph.n_pages:
+                assert (chars, images) == (len(out.xml) - frame_chars(graph, mode), out.image_tokens), (v, mode)
+            else:
+                assert (chars, images) == (len(out.xml) - len(base.xml), out.image_tokens - base.image_tokens)
+    memo: dict = {}
+    st = np.zeros(graph.n_nodes, dtype=np.int8)
+    st[:graph.n_pages] = 1
+    st[graph.n_pages:] = 2
+    render(graph, st, mode, config=cfg, memo=memo)
+    pages, elements = memo[(mode, cfg)]
+    kept = {**{("p", k): f for k, f in pages.items()}, **{("e", k): f for k, f in elements.items()}}
+    for v in range(graph.n_nodes):
+        assert node_share(graph, v, True, mode, cfg, memo) == node_share(graph, v, True, mode, cfg)
+    assert {("p", k): f for k, f in pages.items()} | {("e", k): f for k, f in elements.items()} == kept
+    assert all(pages[k] is kept[("p", k)] for k in pages) and all(elements[k] is kept[("e", k)] for k in elements)
+    fresh: dict = {}
+    for v in range(graph.n_nodes):
+        node_share(graph, v, v >= graph.n_pages, mode, cfg, fresh)
+    pages, elements = fresh[(mode, cfg)]
+    assert list(fresh) == [(mode, cfg)] and sorted(pages) == [2 * p + 1 for p in range(graph.n_pages)]
+    assert sorted(elements) == [2 * j + 1 for j in range(graph.n_nodes - graph.n_pages)]

@@ -150,7 +150,14 @@ def test_the_transition_counts_what_it_did_and_takes_plain_ints() -> None:
     assert r.changed == [2] and r.ends_round and s.counters.searches == 1 and s.counters.round_acts == 1
     r = A.apply_operation(s, Op.PRUNE, 2)
     assert r.ok and s.counters.operations == 5 and s.counters.invalid == 1
-    with pytest.raises(ValueError, match="SearchEvidence needs a search function"):
+    t = _fresh(m=2)  # a search after a paid activation counts the page it activates in the round
+    A.apply_operation(t, Op.ACTIVATE_PAGE, 0)
+    r = A.apply_operation(t, Op.SEARCH, -1, search=lambda: np.array([0.0, 0.2, 0.9]), free_text=True)
+    assert r.changed == [2] and t.counters.round_acts == 2 and t.counters.acts_used == 2
+    t.counters.round_acts = 0
+    r = A.apply_operation(t, Op.SEARCH, -1, search=lambda: np.array([0.0, 0.2, 0.9]), free_text=True)
+    assert r.changed == [1] and t.counters.searches == 2
+    with pytest.raises(ValueError, match="^SearchEvidence needs a search function$"):
         A.apply_operation(_fresh(), Op.SEARCH, 0)
 
 
@@ -181,6 +188,10 @@ def test_the_best_unvisited_pages_best_first_ties_by_page_beyond_the_first_32() 
     per_node = np.array([0.1, 0.2, 0.3, 9.0, 9.0], dtype=np.float32)
     assert best(_pages_state(3, (2,)), per_node, 2).tolist() == [1, 0]
     assert best(_pages_state(3), per_node, 5).tolist() == [2, 1, 0]
+    tied = np.zeros(120, dtype=np.float32)  # per-node scores over 100 pages, many ties: still page order within a tie
+    tied[:100:3] = 1.0
+    want = list(range(0, 100, 3)) + [p for p in range(100) if p % 3]
+    assert best(_pages_state(100), tied, 100).tolist() == want
 
 
 def test_the_search_order_cache_holds_at_most_two_million_page_indices_and_256_orders() -> None:

@@ -96,6 +96,8 @@ def test_read_number_values_and_refusals() -> None:
     ("   ", []),
     ("a", ["a"]),
     ("a,b,c", ["a", "b", "c"]),
+    ("X-ray, MRI", ["X-ray", "MRI"]),  # only a quote opens a quoted item
+    ("'James'', x", ["James'", "x"]),  # a quote right after a quote that does not close
 ])
 def test_split_items(body: str, items: list[str]) -> None:
     assert T.split_items(body) == items
@@ -134,7 +136,8 @@ def test_split_unbracketed(text: str, expected: int, items: list[str]) -> None:
 
 @pytest.mark.parametrize("answer", ["**Not answerable**", "It can\u2019t be determined from the document.",
                                     "\u2018Not answerable\u2019", "'Not answerable'", "Answer: 'Not answerable'",
-                                    "Answer: Not answerable", "It can  not be determined."])
+                                    "Answer: Not answerable", "It can  not be determined.",
+                                    "'Answer: Not answerable'"])
 def test_not_answerable_through_markup_quotes_labels_and_spacing(answer: str) -> None:
     assert T.is_not_answerable(answer)
 
@@ -182,7 +185,8 @@ def test_mmlongbench_lenient_cleaning(pred: str, gold: str) -> None:
     ("Smith John", "Smith, John", "str", "lenient", 1.0),  # commas go, as in the official cleaning
     ("5", "5.0", "float", "lenient", 1.0), ("5.0", "5", "float", "lenient", 1.0),
     ("14:04 CET", "14:04 CET", "float", "lenient", 1.0), ("14:04 CET", "14:04 CET", "int", "lenient", 1.0),
-    ("abc", "5", "float", "official", 0.0), ("many", "5", "int", "lenient", 0.0),
+    ("abc", "5", "float", "official", 0.0), ("many", "5", "int", "lenient", 0.0), ("6", "5", "int", "lenient", 0.0),
+    ("abc", "abc", "list", "lenient", 1.0),  # a List gold that is no list: one item
     ("abc", "", "int", "official", 1.0),  # the official code: unparseable on both sides compares "" with ""
     ("a and b", "['a', 'b']", "list", "lenient", 1.0), ("", "['a']", "list", "lenient", 0.0),
     ("[]", "[]", "list", "lenient", 1.0),
@@ -215,6 +219,8 @@ def test_longdocurl_rules_at_their_edges(pred: str, gold, fmt: str, mode: str, e
     ("277.3", "2.8%", 1.0),  # a percent: x100 within 1 %
     ("\u2018Corporate\u2019", "Corporate", 1.0), ("\u201cCorporate\u201d", "Corporate", 1.0),
     ("Not answerable", "Not answerable.", 1.0), ("The document does not say", "Not answerable", 1.0),
+    ("The document does not say", "Not answerable.", 1.0),
+    ("2019", "Founded in 2019", 0.0),  # a year in a text gold is no key: the bare year does not match the sentence
 ])
 def test_financebench_rules_at_their_edges(pred: str, gold: str, expected: float) -> None:
     from mage_gym.scoring.financebench import score_financebench

@@ -34,7 +34,7 @@ from policies import REGISTRY
 @hydra.main(version_base=None, config_path="../conf", config_name="export_transcripts")
 @exit_on_config_error
 def main(cfg: DictConfig) -> None:
-    from mage_gym.agent.transcripts import record_episode, write_jsonl
+    from mage_gym.agent.transcripts import record_episode
 
     quiet_libraries()
     c = plain(cfg)
@@ -45,13 +45,20 @@ def main(cfg: DictConfig) -> None:
     env = make_chat_env(episodes, c, numeric_obs_in_info=True, privileged=name == "oracle")
     actor, privileged = policy_actor(env, name, section(c.get("policy", {}), name), REGISTRY)
     t0 = time.perf_counter()
-    transcripts = []
-    for ep in episodes:
-        for seed in c.get("seeds") or [0]:
-            task = env.task_id(ep.episode_id, seed=int(seed))
-            transcripts.append(record_episode(env, actor, task=str(task), source=name, privileged=privileged))
     path = Path(c.get("out") or out / "transcripts.jsonl")
-    n = write_jsonl(path, transcripts)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    transcripts = []
+    with open(path, "w") as f:  # row by row: a long export that stops early leaves what it recorded
+        for i, ep in enumerate(episodes):
+            for seed in c.get("seeds") or [0]:
+                task = env.task_id(ep.episode_id, seed=int(seed))
+                t = record_episode(env, actor, task=str(task), source=name, privileged=privileged)
+                transcripts.append(t)
+                f.write(json.dumps(t.row(), ensure_ascii=False, default=str) + "\n")
+                f.flush()
+            if (i + 1) % 100 == 0:
+                print(f"{i + 1}/{len(episodes)} episodes, {time.perf_counter() - t0:.0f} s", flush=True)
+    n = len(transcripts)
     calls = [sum(len(m.get("tool_calls") or []) for m in t.messages if m["role"] == "assistant") for t in transcripts]
     summary = {
         "kind": "transcripts", "policy": name, "privileged": privileged, "dataset": c["dataset"],

@@ -45,9 +45,11 @@ from mage_gym.bench.chat import chat_episodes, chat_kwargs
 from mage_gym.bench.results import budget_dict
 
 #: log_history keys kept as curves in results.json (TRL's names and ours)
-CURVES = ("loss", "reward", "reward_std", "rewards/MageToolEnv/mean", "env/format_errors", "env/invalid_calls",
-          "env/tokens_read", "env/stopped_by_model", "env/tool_calls", "completions/mean_length",
-          "tools/call_frequency", "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time")
+CURVES = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "rewards/MageToolEnv/mean",
+          "env/format_errors", "env/invalid_calls", "env/tokens_read", "env/page_recall", "env/stopped_by_model",
+          "env/tool_calls", "env/groups_with_spread", "completions/mean_length", "tools/call_frequency",
+          "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time", "mean_token_accuracy",
+          "heldout/reward", "heldout/recall", "heldout/tokens", "heldout/format_errors", "heldout/stopped")
 
 
 def env_metrics(prompts: list, completions: list, environments: list | None = None, log_metric: Any = None,
@@ -65,6 +67,14 @@ def env_metrics(prompts: list, completions: list, environments: list | None = No
     log_metric("env/tool_calls", sum(r["stats"]["tool_calls"] for r in rows) / n)
     log_metric("env/stopped_by_model", sum(r["stats"]["stopped"] for r in rows) / n)
     log_metric("env/tokens_read", sum(float((r.get("metrics") or {}).get("tokens_rendered") or 0) for r in rows) / n)
+    recalls = [(r.get("metrics") or {}).get("evidence_page_recall") for r in rows]  # a metric, never a reward
+    recalls = [float(x) for x in recalls if x is not None]
+    if recalls:
+        log_metric("env/page_recall", sum(recalls) / len(recalls))
+    groups: dict[str, list[float]] = {}
+    for r, env in zip(rows, environments):
+        groups.setdefault(str(r.get("task")), []).append(env.get_reward())
+    log_metric("env/groups_with_spread", sum(max(g) > min(g) for g in groups.values()) / max(1, len(groups)))
     return [None] * len(prompts)
 
 
@@ -79,14 +89,61 @@ def _report_to(c: Mapping[str, Any], out: Path) -> str:
     return "wandb"
 
 
-def _peft_config(c: Mapping[str, Any]) -> Any:
+def _peft_config(c: Mapping[str, Any], model_config: Any = None) -> Any:
     lora = section(c, "lora")
     if not lora.get("enabled"):
         return None
     from peft import LoraConfig
 
+    layers = lora.get("last_layers")
+    extra: dict[str, Any] = {"target_modules": "all-linear"}
+    if layers:  # only the top layers adapt: backward stops below them (half the CPU cost of a whole-model LoRA)
+        n = int(model_config.num_hidden_layers)
+        extra = {"target_modules": list(LLAMA_LINEAR), "layers_to_transform": list(range(max(0, n - int(layers)), n))}
     return LoraConfig(r=int(lora.get("r", 16)), lora_alpha=int(lora.get("alpha", 32)), task_type="CAUSAL_LM",
-                      target_modules="all-linear")
+                      lora_dropout=float(lora.get("dropout", 0.0)), **extra)
+
+
+#: the linear layers of a Llama-style block (SmolLM2, Qwen): what ``all-linear`` adapts, named for ``last_layers``
+LLAMA_LINEAR = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
+
+
+def _callbacks(c: Mapping[str, Any]) -> list[Any]:
+    """A time limit (``max_minutes``): training stops, saves a checkpoint and can resume in a later session."""
+    from transformers import TrainerCallback
+
+    limit = c.get("max_minutes")
+    if not limit:
+        return []
+
+    class TimeLimit(TrainerCallback):
+        def __init__(self) -> None:
+            self.t0 = time.perf_counter()
+
+        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> Any:
+            if time.perf_counter() - self.t0 > 60.0 * float(limit):
+                control.should_training_stop = True
+                control.should_save = True
+            return control
+
+    return [TimeLimit()]
+
+
+def _checkpointing(c: Mapping[str, Any]) -> dict[str, Any]:
+    """TrainingArguments for checkpoints every ``save_every`` steps (the last two kept), so a run resumes."""
+    every = int(c.get("save_every") or 0)
+    if every <= 0:
+        return {"save_strategy": "no"}
+    return {"save_strategy": "steps", "save_steps": every, "save_total_limit": 2}
+
+
+def _resume_from(out: Path, c: Mapping[str, Any]) -> str | None:
+    """The newest ``trainer/checkpoint-*`` of this run directory when ``resume`` is on (re-run with the same
+    ``hydra.run.dir``), else None."""
+    if not c.get("resume", True):
+        return None
+    ckpts = sorted((out / "trainer").glob("checkpoint-*"), key=lambda p: int(p.name.split("-")[-1]))
+    return str(ckpts[-1]) if ckpts else None
 
 
 def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, report_to: str) -> Any:
@@ -102,6 +159,10 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     rows = task_rows(episodes, kw["dataset"], budget=kw.get("budget"), seeds=g.get("seeds") or [0],
                      split=section(c, "dataset").get("split", "all"),
                      tools_in_prompt=bool(kw.get("tools_in_prompt", False)))
+    callbacks = _callbacks(c)
+    heldout = _heldout_callback(c, tokenizer)
+    if heldout is not None:
+        callbacks.append(heldout)
     group = int(g.get("group_size", 4))
     batch = group * int(g.get("prompts_per_step", 1))
     tokenizer.padding_side = "left"
@@ -110,15 +171,70 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
         num_generations=group, max_completion_length=int(g.get("max_completion_length", 768)),
         max_tool_calling_iterations=int(g.get("max_tool_calling_iterations", 8)),
         temperature=float(g.get("temperature", 1.0)), beta=float(g.get("beta", 0.0)), max_steps=int(c["steps"]),
-        learning_rate=float(c["learning_rate"]), logging_steps=1, save_strategy="no", report_to=report_to,
-        use_cpu=c.get("device", "cpu") == "cpu", bf16=c.get("dtype") == "bfloat16", seed=int(c.get("seed", 0)),
+        learning_rate=float(c["learning_rate"]), logging_steps=1, report_to=report_to, **_checkpointing(c),
+        use_cpu=c.get("device", "cpu") == "cpu", bf16=_bf16(c), seed=int(c.get("seed", 0)),
         use_vllm=bool(g.get("use_vllm", False)), vllm_mode=g.get("vllm_mode", "colocate"),
+        gradient_checkpointing=bool(c.get("gradient_checkpointing", False)),
         dataloader_num_workers=0, reward_weights=[0.0], run_name=out.name)
     trainer = GRPOTrainer(model=model, processing_class=tokenizer, args=args, train_dataset=Dataset.from_list(rows),
                           reward_funcs=[env_metrics], environment_factory=environment_factory(episodes=episodes, **kw),
-                          peft_config=_peft_config(c))
-    trainer.train()
+                          peft_config=_peft_config(c, model.config), callbacks=callbacks)
+    if heldout is not None:
+        heldout.trainer = trainer
+    trainer.train(resume_from_checkpoint=_resume_from(out, c))
     return trainer
+
+
+def _bf16(c: Mapping[str, Any]) -> bool:
+    """bf16 compute: ``dtype=bfloat16`` (weights in bf16) or ``autocast=bfloat16`` (fp32 weights, bf16 matmuls:
+    the CPU recipe where the CPU has bf16 instructions; experiments/perf/perf_llm_loop.py measures it)."""
+    return c.get("dtype") == "bfloat16" or c.get("autocast") == "bfloat16"
+
+
+def _heldout_callback(c: Mapping[str, Any], tokenizer: Any) -> Any:
+    """Every ``grpo.eval_every`` steps (and before the first): the current model plays ``grpo.eval_tasks``
+    held-out tasks (``grpo.eval_split``, the same tags) greedily through the chat env; logged as heldout/*."""
+    from transformers import TrainerCallback
+
+    g = section(c, "grpo")
+    every, n = int(g.get("eval_every") or 0), int(g.get("eval_tasks") or 0)
+    if every <= 0 or n <= 0:
+        return None
+    from mage_gym.agent.chat_env import MageChatEnv
+    from mage_gym.agent.rollout import LocalChatModel, play_task
+
+    ds = {**section(c, "dataset"), "split": g.get("eval_split", "val"), "limit": n}
+    episodes = chat_episodes({**c, "dataset": ds})
+    env = MageChatEnv(episodes=episodes, **chat_kwargs(c))
+    tasks = [str(env.task_id(e.episode_id)) for e in episodes]
+
+    class HeldOut(TrainerCallback):
+        trainer: Any = None
+
+        def _run(self, state: Any, model: Any) -> None:
+            import torch
+
+            player = LocalChatModel(model, tokenizer, max_new_tokens=int(g.get("eval_max_new_tokens", 64)))
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=_bf16(c)):
+                res = [play_task(env, player, t) for t in tasks]
+            recalls = [r["recall"] for r in res if r["recall"] is not None]
+            logs = {"heldout/reward": sum(r["reward"] for r in res) / len(res),
+                    "heldout/recall": sum(recalls) / max(1, len(recalls)),
+                    "heldout/tokens": sum(float(r["tokens"] or 0) for r in res) / len(res),
+                    "heldout/format_errors": sum(r["format_errors"] for r in res) / len(res),
+                    "heldout/stopped": sum(r["stopped"] for r in res) / len(res)}
+            state.log_history.append({**logs, "step": state.global_step, "heldout/per_task": res})
+            print(json.dumps({"step": state.global_step, **logs}), flush=True)
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+            if state.global_step == 0:
+                self._run(state, model)
+
+        def on_step_end(self, args: Any, state: Any, control: Any, model: Any = None, **kw: Any) -> None:
+            if state.global_step % every == 0 or state.global_step >= state.max_steps or control.should_training_stop:
+                self._run(state, model)
+
+    return HeldOut()
 
 
 def train_sft(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, report_to: str) -> Any:
@@ -134,19 +250,39 @@ def train_sft(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repor
     if not path.is_file():
         raise ConfigError(f"sft.transcripts={str(path)!r} is not a file")
     rows = sft_rows(read_jsonl(path), min_reward=s.get("min_reward"))
+    if s.get("limit"):
+        rows = rows[: int(s["limit"])]
     if not rows:
         raise ConfigError(f"{path}: no transcript passes the filter (min_reward={s.get('min_reward')})")
     args = SFTConfig(
         output_dir=str(out / "trainer"), per_device_train_batch_size=int(s.get("batch_size", 2)),
+        gradient_accumulation_steps=int(s.get("grad_accum", 1)),
         max_steps=int(c["steps"]) if not s.get("epochs") else -1, num_train_epochs=float(s.get("epochs") or 1),
-        learning_rate=float(c["learning_rate"]), logging_steps=1, save_strategy="no", report_to=report_to,
-        use_cpu=c.get("device", "cpu") == "cpu", bf16=c.get("dtype") == "bfloat16", seed=int(c.get("seed", 0)),
+        learning_rate=float(c["learning_rate"]), logging_steps=1, report_to=report_to, **_checkpointing(c),
+        lr_scheduler_type=s.get("scheduler", "linear"), warmup_steps=int(s.get("warmup_steps", 0)),
+        use_cpu=c.get("device", "cpu") == "cpu", bf16=_bf16(c), seed=int(c.get("seed", 0)),
         max_length=int(s.get("max_length", 4096)), assistant_only_loss=bool(s.get("assistant_only_loss", True)),
-        dataloader_num_workers=0, run_name=out.name)
+        gradient_checkpointing=bool(c.get("gradient_checkpointing", False)), dataloader_num_workers=0,
+        run_name=out.name)
     trainer = SFTTrainer(model=model, args=args, train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
-                         peft_config=_peft_config(c))
-    trainer.train()
+                         peft_config=_peft_config(c, model.config), callbacks=_callbacks(c))
+    trainer.train(resume_from_checkpoint=_resume_from(out, c))
     return trainer
+
+
+def heldout_change(evals: list[Mapping[str, Any]]) -> dict[str, Any] | None:
+    """The last held-out evaluation minus the first (the run's start), paired over tasks, with 95% intervals."""
+    if len(evals) < 2:
+        return None
+    from mage_gym.bench import paired_delta
+
+    first, last = evals[0]["heldout/per_task"], evals[-1]["heldout/per_task"]
+    out: dict[str, Any] = {"from_step": evals[0]["step"], "to_step": evals[-1]["step"], "tasks": len(first),
+                           "reward": paired_delta([r["reward"] for r in last], [r["reward"] for r in first])}
+    pairs = [(b["recall"], a["recall"]) for a, b in zip(first, last) if a["recall"] is not None]
+    if pairs:
+        out["recall"] = paired_delta([p[0] for p in pairs], [p[1] for p in pairs])
+    return out
 
 
 def curves(log_history: list[Mapping[str, Any]]) -> dict[str, list]:
@@ -185,16 +321,21 @@ def main(cfg: DictConfig) -> None:
     trainer = (train_grpo if algo == "grpo" else train_sft)(c, model, tokenizer, out, report_to)
     train_s = time.perf_counter() - t1
     if c.get("save_model", True):
-        trainer.save_model(str(out / "model"))
-        tokenizer.save_pretrained(str(out / "model"))
+        from mage_gym.agent.adapters import save_trained
+
+        save_trained(trainer.model, tokenizer, out / "model", base=str(c["model"]))
     history = list(trainer.state.log_history)
     results = {
         "kind": "train_llm", "algo": algo, "model": str(c["model"]), "dataset": section(c, "dataset"),
         "budget": budget_dict(section(c, "env").get("budget") or {}), "chat": section(c, "chat"), "steps": int(c["steps"]),
         "global_step": int(trainer.state.global_step), "settings": section(c, algo),
         "curves": curves(history), "load_s": load_s, "train_s": train_s,
+        "seconds_per_step": train_s / max(1, int(trainer.state.global_step)),
+        "heldout": [h for h in history if "heldout/reward" in h],
+        "lora": section(c, "lora"), "dtype": c.get("dtype"), "autocast": c.get("autocast"),
         "model_dir": str(out / "model") if c.get("save_model", True) else None,
     }
+    results["heldout_change"] = heldout_change(results["heldout"])
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(json.dumps({k: results[k] for k in ("algo", "model", "global_step", "train_s")}, indent=1))
     print(f"results: {out / 'results.json'}")

@@ -23,6 +23,7 @@ POLICIES: dict[str, tuple[str, str]] = {
     "heuristic": ("policies.heuristic", "HeuristicPolicy"),
     "graph_follower": ("policies.graph_follower", "GraphFollowerPolicy"),  # reads the env's public graph
     "llm_evaluator": ("policies.llm_evaluator", "LLMEvaluatorPolicy"),
+    "llm_controller": ("policies.llm_evaluator", "LLMControllerPolicy"),  # the shipped LoRA SmolLM2 controller
     "ppo": ("policies.ppo", "PPOPolicy"),
     "oracle": ("policies.oracle", "OraclePolicy"),  # privileged: reads gold; an upper bound, never a baseline
 }

@@ -51,6 +51,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from mage_gym.agent.rollout import TRAINED_CHAT
 from mage_gym.env import RoundDecision
 from mage_gym.readers.base import ReaderOutput
 from mage_gym.readers.errors import BackendFailureRateError, ReaderConfigError, error_kind
@@ -152,6 +153,12 @@ class CallableBackend:
 DEFAULT_BACKEND: dict[str, Any] = {"reader": "hf", "model": "smollm2", "max_new_tokens": 96}
 
 
+#: LLM controllers shipped with the repository (LoRA adapters on the embedded SmolLM2): ``backend.model=<name>``
+SHIPPED_CONTROLLERS: dict[str, Path] = {
+    "smollm2-controller": Path(__file__).resolve().parent / "checkpoints" / "llm_controller_smollm2",
+}
+
+
 def default_cache_path() -> Path:
     from mage_gym.readers.gguf_cache import cache_root
 
@@ -174,6 +181,7 @@ class LLMEvaluatorPolicy(BasePolicy):
     name = "llm_evaluator"
     level = "round"
     uses_text_view = True
+    default_backend: dict[str, Any] = DEFAULT_BACKEND
 
     def __init__(self, backend: Mapping[str, Any] | Any = None, cache: bool | str = True,
                  max_rounds: int | None = None, fallback: str = "top_candidates",
@@ -188,6 +196,9 @@ class LLMEvaluatorPolicy(BasePolicy):
         #: tools protocol: the server parses tool calls itself (``tools=`` in the request), extra request fields
         self.native_tools = bool(chat.pop("native_tools", False))
         self.request_extra = dict(chat.pop("request", None) or {})
+        #: tools protocol: send text replies as structured tool calls, so results come back as ``tool`` turns, as
+        #: in the transcripts and GRPO rollouts a trained controller learned from (mage_gym.agent.rollout)
+        self.structured_replies = bool(chat.pop("structured_replies", False))
         self.chat_options = chat  # MageChatEnv settings (max_candidates, tools_in_prompt, ...)
         if protocol == "tools":
             self.level = "chat"
@@ -200,7 +211,9 @@ class LLMEvaluatorPolicy(BasePolicy):
         if int(backend_error_grace) < 0:
             raise ValueError(f"backend_error_grace must be >= 0, got {backend_error_grace}")
         if backend is None or isinstance(backend, Mapping):
-            cfg = dict(backend or DEFAULT_BACKEND)
+            cfg = dict(backend or self.default_backend)
+            if cfg.get("model") is not None:
+                cfg["model"] = self.shipped_model(cfg["model"])
             self.backend: Any = ReaderBackend(**cfg)
         else:
             self.backend = backend
@@ -305,6 +318,12 @@ class LLMEvaluatorPolicy(BasePolicy):
         self._rounds = 0
         self.last_raw = None
 
+    @staticmethod
+    def shipped_model(name: str) -> str:
+        """The folder of a controller shipped in ``policies/checkpoints`` (:data:`SHIPPED_CONTROLLERS`), or ``name``."""
+        folder = SHIPPED_CONTROLLERS.get(str(name))
+        return str(folder) if folder is not None else str(name)
+
     def act(self, obs: Mapping[str, np.ndarray], text_view: str | None, mask: np.ndarray) -> RoundDecision | int:
         if text_view is None:
             raise ValueError("llm_evaluator needs the text view (policy.uses_text_view is True)")
@@ -401,6 +420,10 @@ class LLMEvaluatorPolicy(BasePolicy):
             log.info("evaluator reply has no valid tool call (%s); fallback %r", parsed.errors[:1], self.fallback)
             return self._chat_fallback(messages, budget.m if budget else 4)
         self.count("evaluator_lenient" if parsed.errors else "evaluator_strict")
+        if self.structured_replies:
+            from mage_gym.agent.rollout import as_structured
+
+            return as_structured(reply, self._rounds)
         return reply
 
     def _chat_fallback(self, messages: list[dict[str, Any]], m: int) -> dict[str, Any]:
@@ -426,3 +449,46 @@ class LLMEvaluatorPolicy(BasePolicy):
         if self._cache is not None:
             self._cache.close()
             self._cache = None
+
+
+#: the shipped controller's backend and chat settings (the ones it was trained with: conf/train_llm.yaml's chat)
+CONTROLLER_BACKEND: dict[str, Any] = {"reader": "hf", "model": "smollm2-controller", "max_new_tokens": 64}
+CONTROLLER_CHAT: dict[str, Any] = {**TRAINED_CHAT, "structured_replies": True}
+
+
+class LLMControllerPolicy(LLMEvaluatorPolicy):
+    """``llm_controller``: the trained SmolLM2 controller shipped as a LoRA adapter, playing MageRAG-Chat-v0.
+
+    ``llm_evaluator`` with ``protocol=tools``, the adapter
+    (``policies/checkpoints/llm_controller_smollm2``, on the embedded SmolLM2)
+    as backend and the chat settings it was trained with; no reply cache by
+    default (a benchmark measures the model, not the cache). Trained by the
+    commands in docs/LLM_TRAINING.md.
+    """
+
+    name = "llm_controller"
+    default_backend = CONTROLLER_BACKEND
+
+    def __init__(self, backend: Mapping[str, Any] | Any = None, cache: bool | str = False,
+                 protocol: str = "tools", chat: Mapping[str, Any] | None = None, fallback: str = "stop",
+                 **kw: Any) -> None:
+        super().__init__(backend=backend, cache=cache, protocol=protocol, fallback=fallback,
+                         chat={**CONTROLLER_CHAT, **dict(chat or {})}, **kw)
+        if getattr(self.backend, "reader_name", None) == "hf":  # in process: replies reuse the conversation's cache
+            self.backend.chat = self._local_chat
+        self._local: Any = None
+
+    def _local_chat(self, messages: list[dict[str, Any]]) -> str:
+        """A reply from the local model, the prompt rendered as in training (the tool template, tools listed)."""
+        from mage_gym.agent.chat_template import CHATML_TOOLS_TEMPLATE
+        from mage_gym.agent.rollout import LocalChatModel
+
+        if self._local is None:
+            loaded = self.backend.reader.load()
+            own = getattr(loaded.tokenizer, "chat_template", None) or ""
+            self._local = LocalChatModel(loaded.model, loaded.tokenizer,
+                                         max_new_tokens=int(self.backend.reader.max_new_tokens),
+                                         template=None if "tool_calls" in own else CHATML_TOOLS_TEMPLATE)
+        with self.backend.reader.load().lock:
+            return self._local.reply(messages)
+

@@ -175,6 +175,35 @@ class OraclePolicy(EnvBoundPolicy):
                 return "prunes_to_make_room", [prune]
         return "stops_no_gold_in_slots", [0]
 
+    def chat_choice(self, obs: Mapping[str, np.ndarray], mask: np.ndarray, listing_full: bool) -> int | str:
+        """The oracle's move through MageRAG-Chat-v0, whose candidate list is shorter than the ``K`` slots.
+
+        ``mask`` is restricted to what the chat shows (listed candidates, held
+        evidence, stop). Rules 1-4 are :meth:`choices`'; when gold is still
+        uncovered but none of it is listed, the chat's own ways to reach it
+        replace rule 5: prune the least relevant non-gold page when the list
+        was cut at its length (``listing_full``: hidden candidates move up),
+        else ``"search"`` (the caller searches the question: the next pages by
+        relevance, as a student can). Returns a flat action or ``"search"``.
+        """
+        rule, actions = self.choices(obs, mask)
+        if rule != "stops_no_gold_in_slots":
+            if rule is not None:
+                self.count(rule)
+            return actions[0]
+        v = SlotView.from_obs(obs)
+        if listing_full:
+            slots = np.asarray(self._env.get_wrapper_attr("slots"))
+            assert self._node_page is not None and self._view is not None
+            spage = np.where(slots >= 0, self._node_page[np.clip(slots, 0, None)], -1)
+            gold_pages = {int(p) for p in self._view.item_pages} | {int(p) for p in self._view.pages}
+            prune = prune_to_make_room(v, mask, spage, gold_pages, v.K)
+            if prune is not None:
+                self.count("chat_prunes_to_make_room")
+                return prune
+        self.count("chat_searches")
+        return "search"
+
     def _covered(self, view: Any, opened: set[int], active_pages: set[int]) -> np.ndarray:
         """bool per gold item: what the reader would get now, by the env's rule (:func:`mage_gym.coverage.cover`).
 

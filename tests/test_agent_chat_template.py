@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+from types import SimpleNamespace
 
 import pytest
 
@@ -16,6 +17,7 @@ from mage_gym.agent.chat_template import CHATML_TOOLS_TEMPLATE, knows_tool_calls
 from mage_gym.agent.parse import parse_message  # noqa: E402
 from mage_gym.agent.tasks import task_rows  # noqa: E402
 from mage_gym.agent.tools import TOOLS, TOOLS_BY_NAME  # noqa: E402
+from mage_gym.agent.prompts import user_intro  # noqa: E402
 from mage_gym.agent.chat_env import text_of  # noqa: E402
 from mage_gym.agent.trl_env import MageToolEnv, environment_factory  # noqa: E402
 from mage_gym.bench.synthetic import hash_query_fn  # noqa: E402
@@ -160,8 +162,11 @@ def test_tool_env_counts_what_each_call_did_and_refuses_calls_outside_an_episode
     chat = toy_chat_env(max_candidates=16)
     messages, _ = chat.reset(options={"task": row["task"]})
     opening = env.reset(**row)
-    assert opening == "\n\n" + text_of([m for m in messages if m["role"] == "user"])
-    assert "Question:" in opening and not [m for m in messages if m["role"] == "system"][0]["content"] in opening
+    user = text_of([m for m in messages if m["role"] == "user"])
+    intro = user_intro(chat.view.question)  # the row's prompt already opens with it: the state follows alone
+    assert user.startswith(intro) and opening == "\n\n" + user[len(intro):].lstrip("\n")
+    assert "Question:" not in opening and "<question>" in opening
+    assert not [m for m in messages if m["role"] == "system"][0]["content"] in opening
     assert "error" in env.activate(candidates="x")  # a malformed argument: a format error
     assert "activated" in env.activate(candidates=[1])
     assert "unknown id" in env.open(ids=[1])  # an id nobody showed: an invalid call
@@ -190,6 +195,7 @@ class _PayingChat:
 
     def __init__(self) -> None:
         self.finished = 0
+        self.view = SimpleNamespace(question="q?")  # what MageToolEnv reads to drop the prompt's opening line
 
     def reset(self, options=None):
         return [{"role": "user", "content": "state"}], {}

@@ -58,21 +58,54 @@ def test_every_command_of_the_doc_is_one_the_tests_run():
         scripts.add(target)
     assert scripts == {"experiments/make_synth.py", "experiments/export_transcripts.py", "experiments/train_llm.py",
                        "experiments/analysis/plot_llm_training.py", "experiments/benchmark.py",
-                       "mage_gym.agent.verifiers_env", "mage_gym.agent.server", "experiments/perf/perf_service.py"}, scripts
+                       "experiments/teacher_table.py", "experiments/analysis/llm_agreement.py",
+                       "experiments/perf/perf_llm_loop.py", "experiments/perf/perf_service.py",
+                       "mage_gym.agent.verifiers_env", "mage_gym.agent.server"}, scripts
     for path in re.findall(r"`((?:mage_gym|experiments|tests|docs)/[\w/.]+)`", DOC):
         assert (REPO / path).exists(), path
+
+
+PYTHON = [body for lang, body in BLOCKS if lang == "python"]
+
+
+def test_the_first_example_says_what_to_run_first_and_names_the_shipped_controller():
+    first = DOC.index("```python")
+    assert "experiments/make_synth.py preset=tiny" in DOC[:first]
+    code = PYTHON[0]
+    assert code.count("\n") <= 18 and 'root="data_out/synth/tiny_seed0"' in code
+    assert '"policies/checkpoints/llm_controller_smollm2"' in code
+    assert (REPO / "policies" / "checkpoints" / "llm_controller_smollm2" / "adapter_config.json").is_file()
+
+
+@pytest.mark.slow
+def test_the_ten_lines_with_a_local_model(corpus, tmp_path):
+    """The first example as written, the shipped adapter swapped for a tiny model and the corpus for a test one."""
+    from agent_helpers import build_tiny_chat_model
+
+    model = build_tiny_chat_model(tmp_path / "model", teach='<tool_call>{"name": "activate", "arguments": '
+                                                            '{"candidates": [1]}}</tool_call>', steps=40)
+    run = PYTHON[0].replace('"policies/checkpoints/llm_controller_smollm2"', repr(str(model))) \
+        .replace('"data_out/synth/tiny_seed0"', repr(str(corpus))).replace("range(8)", "range(2)")
+    scope: dict = {}
+    exec(compile(run, "LLM_TRAINING.md", "exec"), scope)  # noqa: S102 - the doc's own code
+    info = scope["info"]
+    assert isinstance(scope["reward"], float) and "reward_components" in info and "format_errors_total" in info
+    replies = [m for m in scope["messages"] if m.get("role") == "assistant"]
+    assert 1 <= len(replies) <= 2
+    assert any(m.get("role") == "tool" for m in scope["messages"]) or info["format_errors_total"] > 0
 
 
 @pytest.mark.slow
 def test_the_ten_lines_against_a_real_server(corpus, monkeypatch):
     from llama_server import LlamaServer
 
-    code = next(body for lang, body in BLOCKS if lang == "python")
-    assert code.count("\n") <= 14 and "max_replies = 8" in code
+    code = PYTHON[1]
+    assert code.count("\n") <= 16 and "max_replies = 8" in code
     monkeypatch.setenv("MAGE_GYM_SYNTH", str(corpus))
     server = LlamaServer(corpus / "server.log", alias="smollm2", n_ctx=8192)
     try:
-        run = code.replace("http://127.0.0.1:8080/v1", server.base_url).replace("max_replies = 8", "max_replies = 2")
+        run = code.replace("http://127.0.0.1:8080/v1", server.base_url).replace("max_replies = 8", "max_replies = 2") \
+            .replace('"data_out/synth/tiny_seed0"', repr(str(corpus)))
         scope: dict = {}
         exec(compile(run, "LLM_TRAINING.md", "exec"), scope)  # noqa: S102 - the doc's own code
     finally:
@@ -148,7 +181,7 @@ def test_the_doc_types_no_measured_figure():
     figures = {f.rstrip(".,") for f in re.findall(r"(?<![\w.-])\d[\d,.]*%?", prose)}
     assert figures <= {"2", "3", "410", "5%", "8,192", "95%"}, figures
     linked = re.findall(r"\]\((results/[\w/]+?)/?\)", DOC)
-    assert {"results/llm_train_smollm2_cpu", "results/llm_controller_synth_benchmark", "results/perf_agent"} <= set(linked)
+    assert {"results/teacher_table_synth", "results/llm_sft_lora_smollm2", "results/perf_agent"} <= set(linked)
     for rel in linked:
         folder = REPO / "docs" / rel
         assert (folder / "results.json").is_file() and (folder / "provenance.json").is_file(), rel

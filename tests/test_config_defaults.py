@@ -235,13 +235,15 @@ def policy_defaults(name: str) -> dict[str, Any]:
 
     defaults = signature_defaults(policy_class(name))
     defaults.update({key: None if key == "limit" else False for key in BENCHMARK_OPTIONS})  # read by the benchmark
-    if name == "llm_evaluator":
+    if name in ("llm_evaluator", "llm_controller"):
         from mage_gym.readers.hf import HFReader
-        from policies.llm_evaluator import DEFAULT_BACKEND
+        from policies.llm_evaluator import CONTROLLER_CHAT
         from policies.llm_prompt import PromptConfig
 
         defaults["prompt"] = signature_defaults(PromptConfig)
-        defaults["backend"] = {**signature_defaults(HFReader), **DEFAULT_BACKEND}
+        defaults["backend"] = {**signature_defaults(HFReader), **policy_class(name).default_backend}
+        if name == "llm_controller":
+            defaults["chat"] = CONTROLLER_CHAT
     return defaults
 
 

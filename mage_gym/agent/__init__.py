@@ -30,6 +30,7 @@ _LAZY = {
     "task_rows": "mage_gym.agent.tasks",
     "task_dataset": "mage_gym.agent.tasks",
     "system_prompt": "mage_gym.agent.prompts",
+    "assistant_message": "mage_gym.agent.transcripts",
 }
 
 
@@ -43,4 +44,4 @@ def __getattr__(name: str) -> Any:
 
 
 __all__ = ["CHAT_ENV_ID", "MageChatEnv", "ParsedCall", "ParsedMessage", "TOOLS", "TOOL_NAMES", "TaskId",
-           "make_chat_env", "parse_message", "system_prompt", "task_dataset", "task_rows"]
+           "assistant_message", "make_chat_env", "parse_message", "system_prompt", "task_dataset", "task_rows"]

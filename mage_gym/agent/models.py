@@ -28,6 +28,18 @@ def load_model(name_or_path: str, *, dtype: str = "float32", device: str = "cpu"
     from mage_gym.agent.chat_template import prepare_tokenizer
 
     torch_dtype = getattr(torch, dtype)
+    from mage_gym.agent.adapters import SOURCE_ATTR, is_adapter, read_config
+
+    if is_adapter(Path(name_or_path).expanduser()):  # a LoRA controller: its base, with the adapter merged in
+        from peft import PeftModel
+
+        path = Path(name_or_path).expanduser()
+        model, tokenizer = load_model(read_config(path)["base_model_name_or_path"], dtype=dtype, device=device,
+                                      force_template=force_template)
+        model = PeftModel.from_pretrained(model, str(path)).merge_and_unload()
+        setattr(model, SOURCE_ATTR, str(path))
+        model.train()
+        return model, tokenizer
     if str(name_or_path).lower() in EMBEDDED:
         from mage_gym.readers.gguf_cache import load_gguf_causal_lm
         from mage_gym.readers.smollm import smollm2_gguf_path

@@ -119,12 +119,17 @@ def assistant_message(reply: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": "", "tool_calls": out}
 
 
-def step_actor(env: Any, act: Callable[[Any, np.ndarray], int], reason: str = "not needed for the question") -> Actor:
-    """A chat actor from a step-level policy ``act(numeric_obs, mask) -> flat action``.
+def step_actor(env: Any, act: Callable[[Any, np.ndarray], "int | str"],
+               reason: str = "not needed for the question") -> Actor:
+    """A chat actor from a step-level policy ``act(numeric_obs, mask) -> flat action`` (or ``"search"``).
 
     ``env`` must be built with ``numeric_obs_in_info=True``. Each reply is one
     tool call with a fresh id (``call_<reply number>``), so the transcript
-    reads as a structured tool-calling chat.
+    reads as a structured tool-calling chat. ``"search"`` is written as
+    ``search(query=<the question>)`` when the budget allows a search (the
+    env's own mask says so), else as ``stop``: a query any controller can
+    write, so a student imitating it learns when to search, not a query
+    built from what it cannot see.
     """
     from mage_gym.env.actions import ActionLayout, Op
 
@@ -144,10 +149,18 @@ def step_actor(env: Any, act: Callable[[Any, np.ndarray], int], reason: str = "n
             ok = (op in (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE) and node in cands) or \
                 (op in (Op.OPEN_NODE, Op.PRUNE) and node in held)
             mask[a] = ok
-        action = int(act(info["numeric_observation"], mask))
-        op, slot = layout.decode(action)
+        choice = act(info["numeric_observation"], mask)
         counter["n"] += 1
         cid = f"call_{counter['n']}"
+        if isinstance(choice, str):
+            if choice != "search":
+                raise ValueError(f"a step actor returns a flat action or 'search', got {choice!r}")
+            can_search = bool(layout.block(np.asarray(info["action_mask"], dtype=bool), Op.SEARCH).any())
+            if can_search and env.view.question:
+                return {"id": cid, "name": "search", "arguments": {"query": env.view.question}}
+            return {"id": cid, "name": "stop", "arguments": {}}
+        action = int(choice)
+        op, slot = layout.decode(action)
         if op == Op.STOP or not mask[action]:
             return {"id": cid, "name": "stop", "arguments": {}}
         node = slot_ids[slot]

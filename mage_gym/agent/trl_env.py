@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from mage_gym.agent.chat_env import MageChatEnv, text_of
+from mage_gym.agent.prompts import user_intro
 
 
 class MageToolEnv:
@@ -42,6 +43,7 @@ class MageToolEnv:
         self._reward = 0.0
         self._info: dict[str, Any] = {}
         self._stats: dict[str, float] = self._new_stats()
+        self._calls = 0
 
     @staticmethod
     def _new_stats() -> dict[str, float]:
@@ -55,14 +57,23 @@ class MageToolEnv:
         messages, info = self._env.reset(options={"task": task})
         self._done, self._reward, self._info = False, 0.0, dict(info)
         self._stats = self._new_stats()
+        self._calls = 0
         user = [m for m in messages if m["role"] == "user"]
-        return _with_images("\n\n" + text_of(user), user)
+        text = text_of(user)
+        intro = user_intro(self._env.view.question)  # the row's prompt already opens with it (task_rows)
+        if text.startswith(intro):
+            text = text[len(intro):].lstrip("\n")
+        return _with_images("\n\n" + text, user)
 
     def _call(self, name: str, arguments: Mapping[str, Any]) -> str:
         if self._done:
             self._stats["invalid_calls"] += 1
             return f"{name}: not run: the episode is over"
-        messages, reward, terminated, truncated, info = self._env.step([{"name": name, "arguments": dict(arguments)}])
+        # with an id the call is structured: its result comes back as a ``tool`` message, worded as in the
+        # transcripts SFT trains on (mage_gym.agent.transcripts), so warm start and RL see one format
+        self._calls += 1
+        call = {"id": f"call_{self._calls}", "name": name, "arguments": dict(arguments)}
+        messages, reward, terminated, truncated, info = self._env.step([call])
         self._reward += reward
         self._info = dict(info)
         self._stats["tool_calls"] += 1

@@ -17,18 +17,16 @@ from mage_gym.bench.envs import env_kwargs
 
 def chat_episodes(cfg: Mapping[str, Any], split: str | None = None) -> list[Any]:
     """The ``dataset`` node's episodes (``split`` overrides ``dataset.split``); a ConfigError when none."""
-    from mage_gym.data.registry import load_dataset
+    from mage_gym.bench.episodes import load_episodes
 
     ds = section(cfg, "dataset")
     split = split or ds.get("split", "all")
-    episodes = load_dataset(ds["name"], root=ds.get("root"), split=split, limit=ds.get("limit"),
-                            seed=ds.get("seed", 0))
-    tags = cfg.get("task_tags")
-    if tags:  # e.g. [bridge]: the generator's question kinds (never shown to the model)
-        episodes = [e for e in episodes if set(getattr(e, "task_tags", ()) or ()) & set(tags)]
+    tags, skip = cfg.get("task_tags"), cfg.get("exclude_tags")  # e.g. [bridge]: the generator's question kinds
+    episodes = load_episodes({**ds, "split": split, "task_tags": tags or ds.get("task_tags"),
+                              "exclude_tags": skip or ds.get("exclude_tags")})
     if not episodes:
-        raise ConfigError(f"dataset {ds['name']!r} (root={ds.get('root')!r}, split={split!r}, task_tags={tags}) "
-                          "has no episodes")
+        raise ConfigError(f"dataset {ds['name']!r} (root={ds.get('root')!r}, split={split!r}, task_tags={tags}, "
+                          f"exclude_tags={skip}) has no episodes")
     return episodes
 
 
@@ -62,7 +60,15 @@ def policy_actor(env: Any, name: str, options: Mapping[str, Any], registry: Poli
         raise ConfigError(f"policy {name!r} decides whole rounds; transcripts need a step-level policy "
                           "(oracle, ppo, heuristic, ...)")
     privileged = bool(getattr(registry.policy_class(name), "privileged", False))
-    inner_act = step_actor(env, lambda obs, mask: policy.act(obs, None, mask))
+    chat_choice = getattr(policy, "chat_choice", None)
+    if callable(chat_choice):  # a policy with its own moves for the chat's shorter candidate list (the oracle)
+        def decide(obs: Any, mask: Any) -> Any:
+            listed, _ = env.visible_ids()
+            return chat_choice(obs, mask, listing_full=len(listed) >= env.view.max_candidates)
+    else:
+        def decide(obs: Any, mask: Any) -> Any:
+            return policy.act(obs, None, mask)
+    inner_act = step_actor(env, decide)
 
     def actor(messages: list[dict[str, Any]], info: Mapping[str, Any]) -> Any:
         if len(messages) <= 2:  # the first reply of an episode: (system, user) so far

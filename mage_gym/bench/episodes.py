@@ -27,11 +27,35 @@ def load_episodes(ds: Mapping[str, Any], split: str | None = None, limit: int | 
     """Episodes of a ``dataset`` node (name, root, split, limit, seed); ``split``/``limit`` override the node's."""
     from mage_gym.data.registry import load_dataset
 
+    # e.g. +dataset.task_tags=[bridge]; +dataset.cached_only=fast: documents whose graph that parser already built
+    tags, skip, cached = ds.get("task_tags"), ds.get("exclude_tags"), ds.get("cached_only")
+    n = ds.get("limit") if limit == "cfg" else limit
+    filtered = bool(tags or skip or cached)
     eps = load_dataset(ds["name"], root=ds.get("root"), split=split or ds.get("split", "all"),
-                       limit=ds.get("limit") if limit == "cfg" else limit, seed=int(ds.get("seed", 0)))
+                       limit=None if filtered else n, seed=int(ds.get("seed", 0)))
+    if cached:
+        from mage_gym.graph.build import is_cached
+
+        eps = [e for e in eps if is_cached(e.source, str(cached))]
+    if filtered:  # the limit counts the questions kept, spread over the split
+        eps = by_tags(eps, tags, skip, n)
     if usable_only:
         eps = [e for e in eps if e.usable_for_training]
     return eps
+
+
+def by_tags(episodes: Sequence[Any], tags: Sequence[str] | None, skip: Sequence[str] | None,
+            limit: int | None = None) -> list[Any]:
+    """Episodes with one of ``tags`` and none of ``skip`` (the generator's question kinds: ``bridge``,
+    ``unanswerable``...), then at most ``limit`` of them spread evenly over the list (not its first documents)."""
+    def kinds(e: Any) -> set[str]:
+        return set(getattr(e, "task_tags", ()) or ())
+
+    out = [e for e in episodes if (not tags or kinds(e) & set(tags)) and not (skip and kinds(e) & set(skip))]
+    if limit is not None and len(out) > int(limit):
+        step = len(out) / int(limit)
+        out = [out[int(i * step)] for i in range(int(limit))]
+    return out
 
 
 def prepare_graphs(episodes: Sequence[Any], parser: str = "layout", workers: int = 1,

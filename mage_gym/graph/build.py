@@ -82,6 +82,18 @@ def _attach(g: EvidenceGraph, src: DocumentSource, key: str, hit: bool) -> Evide
     return g
 
 
+def is_cached(source: str | Path | DocumentSource, parser: str = "layout", *, cache_dir: str | Path | None = None,
+              doc_id: str | None = None) -> bool:
+    """Whether :func:`build_graph` with these settings (and default edges, embeddings, encoder) would read the
+    cache instead of parsing: lets a run keep to documents already built when parsing one would take minutes."""
+    from mage_gym.graph.store import has_entry
+
+    src, did, digest = _resolve(source, doc_id)
+    key = _settings_key(src, parser, {}, EdgeConfig.from_dict(None), EmbedConfig.from_dict(None), "default", did,
+                        None, digest)
+    return has_entry(key, cache_dir)
+
+
 def build_graph(source: str | Path | DocumentSource, parser: str = "layout", *, cache: bool = True,
                 cache_dir: str | Path | None = None, max_pages: int | None = None, workers: int = 1,
                 parser_cfg: Mapping[str, Any] | None = None, edge_cfg: Mapping[str, Any] | None = None,

@@ -91,7 +91,9 @@ class HFReader(GenerativeReader):
         self._device = device
         self._dtype = dtype
         self._cache_root = Path(cache_root) if cache_root is not None else None
-        self.gguf_path, self.model_dir = _resolve_model(model, gguf_file)
+        #: a LoRA adapter folder (``adapter_config.json``): its base loads as below, the adapter is merged in
+        self.adapter_dir, base = _adapter_base(model)
+        self.gguf_path, self.model_dir = _resolve_model(base, gguf_file)
         if self.gguf_path is not None:
             if kind == "vl":
                 raise ReaderConfigError("GGUF files load as text-only causal LMs here; use kind='causal'")
@@ -124,8 +126,12 @@ class HFReader(GenerativeReader):
             from mage_gym.readers.gguf_cache import cache_root, file_sha256
 
             root = self._cache_root or cache_root()
-            return f"gguf:{self.gguf_path.name}:{file_sha256(self.gguf_path, root / 'readers')[:16]}"
-        return f"{self.model_dir.name}:{_dir_fingerprint(self.model_dir)}"
+            base = f"gguf:{self.gguf_path.name}:{file_sha256(self.gguf_path, root / 'readers')[:16]}"
+        else:
+            base = f"{self.model_dir.name}:{_dir_fingerprint(self.model_dir)}"
+        if self.adapter_dir is None:
+            return base
+        return f"{base}+{self.adapter_dir.name}:{_adapter_fingerprint(self.adapter_dir)}"
 
     def generation_params(self) -> dict[str, Any]:
         return {"max_new_tokens": self.max_new_tokens, "decoding": "greedy",
@@ -140,7 +146,7 @@ class HFReader(GenerativeReader):
         from mage_gym.device import pick_device
 
         device = pick_device(self._device)
-        key = (str(self.gguf_path or self.model_dir), self.kind, device, str(self._dtype),
+        key = (str(self.gguf_path or self.model_dir), str(self.adapter_dir), self.kind, device, str(self._dtype),
                str(self._cache_root))
         with _LOAD_LOCK:
             loaded = _LOADED.get(key)
@@ -161,6 +167,7 @@ class HFReader(GenerativeReader):
 
             model, tok, info = load_gguf_causal_lm(self.gguf_path, root=self._cache_root, device=device,
                                                    dtype=dtype)
+            model = self._with_adapter(model, tok)
             return LoadedModel("causal", model, tok, None, device, time.perf_counter() - start, info.source,
                                threading.Lock())
         kwargs: dict[str, Any] = {"local_files_only": True}
@@ -178,9 +185,22 @@ class HFReader(GenerativeReader):
             processor = None
             tok = AutoTokenizer.from_pretrained(self.model_dir, local_files_only=True)
             model = AutoModelForCausalLM.from_pretrained(self.model_dir, **kwargs)
+            model = self._with_adapter(model, tok)
         model.to(device).eval()
         return LoadedModel(self.kind, model, tok, processor, device, time.perf_counter() - start,
                            "directory", threading.Lock())
+
+    def _with_adapter(self, model: Any, tok: Any) -> Any:
+        """``model`` with the LoRA adapter merged in (and the tokenizer's chat template the adapter was trained
+        with, when the folder holds one); ``model`` itself when there is no adapter."""
+        if self.adapter_dir is None:
+            return model
+        from peft import PeftModel
+
+        template = self.adapter_dir / "chat_template.jinja"
+        if template.is_file():
+            tok.chat_template = template.read_text()
+        return PeftModel.from_pretrained(model, str(self.adapter_dir)).merge_and_unload()
 
     # --- reading -------------------------------------------------------------
 
@@ -281,6 +301,36 @@ class HFReader(GenerativeReader):
 
 
 # --- helpers -----------------------------------------------------------------
+
+def _adapter_base(model: str | Path) -> tuple[Path | None, str | Path]:
+    """(adapter folder, its base model) when ``model`` is a PEFT adapter folder, else (None, ``model``).
+
+    The base is the adapter config's ``base_model_name_or_path``: ``smollm2``
+    (the embedded GGUF) or a local folder, relative paths read from the adapter's folder.
+    """
+    path = Path(model).expanduser()
+    config = path / "adapter_config.json"
+    if not (path.is_dir() and config.is_file()):
+        return None, model
+    try:
+        base = json.loads(config.read_text()).get("base_model_name_or_path") or ""
+    except (OSError, ValueError) as err:
+        raise ReaderConfigError(f"cannot read {config}: {err}") from err
+    if not base:
+        raise ReaderConfigError(f"{config} names no base_model_name_or_path")
+    if str(base).lower() not in ("smollm2", "smollm2-135m", "smollm2-135m-instruct") and not Path(base).is_absolute():
+        base = str((path / base).resolve())
+    return path, base
+
+
+def _adapter_fingerprint(adapter_dir: Path) -> str:
+    """Short content fingerprint of an adapter folder (its config and weight bytes)."""
+    h = hashlib.sha256()
+    for f in sorted(adapter_dir.iterdir()):
+        if f.is_file() and (f.suffix in (".json", ".safetensors", ".bin", ".jinja")):
+            h.update(f.name.encode() + b"\x00" + f.read_bytes())
+    return h.hexdigest()[:16]
+
 
 def _resolve_model(model: str | Path, gguf_file: str | None) -> tuple[Path | None, Path]:
     """(gguf path or None, model directory); never looks anything up on a hub."""

@@ -1,0 +1,258 @@
+"""Teachers through the chat, one format from transcripts to GRPO to benchmark, and the LoRA controller's files.
+
+- a step-level teacher's ``"search"`` becomes ``search(<the question>)`` when the env allows a search, else
+  ``stop``; the oracle searches or makes room when no gold is listed;
+- the TRL env's opening state does not repeat the prompt's intro, and its results come back worded as in the
+  transcripts (``tool`` turns);
+- a model's text reply becomes structured tool calls only when every call in it parses;
+- two LoRA adapters stacked into one (rank r1 + r2) give the same model as applying them in turn, and a reader
+  built on an adapter folder loads its base with the adapter merged.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from agent_helpers import toy_chat_env
+
+
+def test_a_search_choice_becomes_a_search_of_the_question_or_a_stop() -> None:
+    from mage_gym.agent.transcripts import step_actor
+
+    env = toy_chat_env(numeric_obs_in_info=True)
+    messages, info = env.reset(options={"task": str(env.task_id(env.episode_ids[0]))})
+    actor = step_actor(env, lambda obs, mask: "search")
+    reply = actor(messages, info)
+    assert reply["name"] == "search" and reply["arguments"]["query"] == env.view.question
+    no_search = dict(info, action_mask=np.asarray(info["action_mask"]).copy())
+    from mage_gym.env.actions import ActionLayout, Op
+
+    layout = ActionLayout(int(env.inner.get_wrapper_attr("K")))
+    layout.block(no_search["action_mask"], Op.SEARCH)[:] = False
+    assert actor(messages, no_search)["name"] == "stop"
+    with pytest.raises(ValueError):
+        step_actor(env, lambda obs, mask: "jump")(messages, info)
+
+
+def test_the_oracle_reaches_unlisted_gold_through_the_chat() -> None:
+    """With one candidate listed, gold is rarely listed: the oracle prunes or searches instead of stopping."""
+    from mage_gym.agent.transcripts import record_episode
+    from mage_gym.bench.chat import policy_actor
+    from policies import REGISTRY
+
+    env = toy_chat_env(numeric_obs_in_info=True, privileged=True, max_candidates=1)
+    actor, privileged = policy_actor(env, "oracle", {}, REGISTRY)
+    assert privileged
+    names, recalls = [], []
+    for eid in env.episode_ids:
+        t = record_episode(env, actor, task=str(env.task_id(eid)))
+        names += [c["function"]["name"] for m in t.messages if m["role"] == "assistant" for c in m["tool_calls"]]
+        recalls.append(t.metrics.get("evidence_page_recall"))
+    assert {"search", "prune"} & set(names), names
+    assert t.invalid_calls == 0 and t.format_errors == 0
+
+
+def test_the_trl_env_opens_without_repeating_the_intro_and_answers_as_the_transcripts_do() -> None:
+    from mage_gym.agent.tasks import task_rows
+    from mage_gym.agent.trl_env import MageToolEnv
+    from mage_gym.testing import toy_episodes
+
+    env = MageToolEnv(lambda: toy_chat_env())
+    row = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0]
+    opening = env.reset(**row)
+    prompt = row["prompt"][-1]["content"] + opening
+    chat = toy_chat_env()
+    first, _ = chat.reset(options={"task": row["task"]})
+    assert prompt == first[1]["content"]  # exactly the user message the transcripts hold
+    text = env.activate([1])
+    out, *_ = chat.step({"role": "assistant", "content": "", "tool_calls": [
+        {"id": "c1", "type": "function", "function": {"name": "activate", "arguments": {"candidates": [1]}}}]})
+    assert out[0]["role"] == "tool" and text == out[0]["content"]
+
+
+def test_text_replies_become_structured_only_when_every_call_parses() -> None:
+    from mage_gym.agent.rollout import as_structured
+
+    good = '<tool_call>{"name": "activate", "arguments": {"candidates": [2]}}</tool_call>'
+    msg = as_structured(good, 3)
+    assert msg["tool_calls"][0]["id"] == "call_3_0"
+    assert msg["tool_calls"][0]["function"] == {"name": "activate", "arguments": {"candidates": [2]}}
+    bad = good + '<tool_call>{"name": "fly"}</tool_call>'
+    assert as_structured(bad, 0) == bad
+    assert as_structured("no call", 0) == "no call"
+
+
+def _random_adapter(model, folder: Path, seed: int, r: int) -> None:
+    import torch
+    from peft import LoraConfig, get_peft_model
+
+    peft = get_peft_model(model, LoraConfig(r=r, lora_alpha=3 * r, target_modules="all-linear", task_type="CAUSAL_LM"))
+    torch.manual_seed(seed)
+    for name, p in peft.named_parameters():
+        if "lora_" in name:
+            p.data.normal_(0, 0.2)
+    peft.save_pretrained(str(folder))
+
+
+def test_two_adapters_stacked_equal_applying_them_in_turn(tmp_path: Path) -> None:
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.agent.adapters import read_config, stack
+
+    base_dir = build_tiny_chat_model(tmp_path / "base")
+    load = lambda: AutoModelForCausalLM.from_pretrained(base_dir)  # noqa: E731
+    _random_adapter(load(), tmp_path / "a1", seed=1, r=2)
+    merged = PeftModel.from_pretrained(load(), str(tmp_path / "a1")).merge_and_unload()
+    _random_adapter(merged, tmp_path / "a2", seed=2, r=3)
+    ids = torch.tensor([[5, 9, 17, 33, 2, 41]])
+    turn = PeftModel.from_pretrained(PeftModel.from_pretrained(load(), str(tmp_path / "a1")).merge_and_unload(),
+                                     str(tmp_path / "a2")).merge_and_unload()
+    stack(tmp_path / "a1", tmp_path / "a2", tmp_path / "both", dtype="float32")
+    assert read_config(tmp_path / "both")["r"] == 5
+    both = PeftModel.from_pretrained(load(), str(tmp_path / "both")).merge_and_unload()
+    with torch.no_grad():
+        want, got, plain = turn(ids).logits, both(ids).logits, load()(ids).logits
+    assert torch.allclose(want, got, atol=1e-4)
+    assert not torch.allclose(want, plain, atol=1e-3)  # the adapters do change the model
+
+
+def test_a_reader_on_an_adapter_folder_loads_its_base_with_the_adapter(tmp_path: Path) -> None:
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.readers.hf import HFReader
+
+    base_dir = build_tiny_chat_model(tmp_path / "base")
+    _random_adapter(AutoModelForCausalLM.from_pretrained(base_dir), tmp_path / "ad", seed=3, r=2)
+    cfg = json.loads((tmp_path / "ad" / "adapter_config.json").read_text())
+    cfg["base_model_name_or_path"] = "../base"  # relative to the adapter's folder
+    (tmp_path / "ad" / "adapter_config.json").write_text(json.dumps(cfg))
+    plain, adapted = HFReader(str(base_dir)), HFReader(str(tmp_path / "ad"))
+    assert adapted.model_dir == base_dir.resolve() and adapted.model_id != plain.model_id
+    ids = torch.tensor([[5, 9, 17]])
+    with torch.no_grad():
+        a, b = plain.load().model(ids).logits, adapted.load().model(ids).logits
+    assert not torch.allclose(a, b, atol=1e-3)
+
+
+def test_replies_reusing_the_conversations_cache_equal_fresh_ones(tmp_path: Path) -> None:
+    """A multi-turn episode played with the prefix cache gives the same greedy replies as without it."""
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.agent.rollout import LocalChatModel, play_task
+
+    folder = build_tiny_chat_model(tmp_path / "m", teach='<tool_call>{"name": "activate", "arguments": '
+                                                          '{"candidates": [1]}}</tool_call>', steps=40)
+    model, tok = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    outcomes = []
+    for reuse in (True, False):
+        env = toy_chat_env()
+        player = LocalChatModel(model, tok, max_new_tokens=24, reuse_prefix=reuse)
+        outcomes.append([play_task(env, player, str(env.task_id(e)), max_replies=3) for e in env.episode_ids[:2]])
+    assert outcomes[0] == outcomes[1]
+    assert any(o["replies"] > 1 for o in outcomes[0])  # later turns did reuse a cached prefix
+
+
+# --- the guide's new entry points, at test scale --------------------------------------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+def _run(args: list[str], timeout: int = 900) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(REPO), os.environ.get("PYTHONPATH")])),
+               WANDB_MODE="offline", TRL_EXPERIMENTAL_SILENCE="1")
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    from agent_helpers import one_document_corpus
+
+    return one_document_corpus(tmp_path_factory.mktemp("teacher_synth"), pages=6, questions=4)
+
+
+@pytest.mark.slow
+def test_the_teacher_table_plays_each_teacher_both_ways(corpus, tmp_path):
+    out = tmp_path / "tt"
+    _run(["experiments/teacher_table.py", "env.parser=fast", "retriever=bm25", "torch_threads=1", "logger=none",
+          "budget=tight", "teachers=[oracle,graph_follower]", f"sets.synth_bridge.root={corpus}",
+          "sets.synth_bridge.split=all", f"sets.synth_single.root={corpus}", "sets.synth_single.split=all",
+          "sets.mmlongbench.enabled=false", "sets.financebench.enabled=false", f"hydra.run.dir={out}"])
+    runs = json.loads((out / "results.json").read_text())["runs"]
+    assert {(r["dataset"], r["policy"]) for r in runs} >= {("synth_single", "oracle"), ("synth_single", "graph_follower")}
+    oracle = next(r for r in runs if r["policy"] == "oracle")
+    assert oracle["privileged"] is True and not next(r for r in runs if r["policy"] == "graph_follower")["privileged"]
+    m = oracle["metrics"]
+    assert m["tokens_env"] > 0 and m["tokens_chat"] > 0 and "mean" in m["delta_tokens_chat_minus_env"]
+
+
+@pytest.mark.slow
+def test_agreement_and_the_controller_in_the_benchmark(corpus, tmp_path):
+    from agent_helpers import build_tiny_chat_model
+
+    model = build_tiny_chat_model(tmp_path / "model", teach='<tool_call>{"name": "stop", "arguments": {}}</tool_call>',
+                                  steps=40)
+    common = [f"dataset.root={corpus}", "env.parser=fast", "retriever=bm25", "torch_threads=1", "logger=none"]
+    _run(["experiments/export_transcripts.py", "dataset=synth", *common, "policy_name=oracle", "budget=tight",
+          f"hydra.run.dir={tmp_path / 'tx'}"])
+    _run(["experiments/analysis/llm_agreement.py", "--model", str(model), "--transcripts",
+          str(tmp_path / "tx" / "transcripts.jsonl"), "--limit", "2", "--max-turns", "2", "--max-new-tokens", "16",
+          "--out", str(tmp_path / "agree")])
+    res = json.loads((tmp_path / "agree" / "results.json").read_text())["models"][str(model)]
+    assert res["turns"] >= 2 and 0 <= res["exact"] <= res["tool"] <= 1
+    out = tmp_path / "bench"
+    _run(["experiments/benchmark.py", "dataset=synth", *common, "budget=tight", "dataset.limit=2",
+          "policies=[topk_page,llm_controller]", f"policy.llm_controller.backend.model={model}",
+          "policy.llm_controller.backend.max_new_tokens=16", f"hydra.run.dir={out}"])
+    runs = {r["policy"]: r for r in json.loads((out / "results.json").read_text())["runs"]}
+    ev = runs["llm_controller"]["evaluator"]
+    assert runs["llm_controller"]["metrics"]["episodes"] == 2 and ev["calls"] >= 2
+    assert "equal_cost" in runs["llm_controller"]
+
+
+@pytest.mark.slow
+def test_the_llm_loop_speed_script_at_toy_sizes(tmp_path):
+    _run(["experiments/perf/perf_llm_loop.py", "--prompt-tokens", "16", "--new-tokens", "2", "--train-tokens", "16",
+          "--repeats", "1", "--threads", "1", "--out", str(tmp_path)])
+    res = json.loads((tmp_path / "results.json").read_text())
+    assert set(res["dtypes"]) == {"float32", "bfloat16"}
+    assert all(v["train_tok_s"] > 0 and v["generation_tok_s"] > 0 for v in res["dtypes"].values())
+
+
+def test_cached_only_keeps_documents_whose_graph_is_built(tmp_path, monkeypatch):
+    from agent_helpers import one_document_corpus
+    from mage_gym.bench.episodes import load_episodes
+    from mage_gym.graph import build_graph
+    from mage_gym.graph.build import is_cached
+
+    monkeypatch.setenv("MAGE_GYM_CACHE", str(tmp_path / "cache"))
+    root = one_document_corpus(tmp_path / "c", pages=4, questions=3)
+    node = {"name": "synth", "root": str(root), "split": "all", "cached_only": "fast"}
+    assert load_episodes(node) == []  # nothing built yet: no episode, and no parse started
+    source = load_episodes({**node, "cached_only": None})[0].source
+    assert not is_cached(source, "fast")
+    build_graph(source, parser="fast", progress=False)
+    assert is_cached(source, "fast") and not is_cached(source, "layout")
+    assert len(load_episodes(node)) == 3

@@ -160,6 +160,8 @@ def test_mmlongbench_rules_at_their_edges() -> None:
     assert best_pairing(["paris", "rome", "pari"], ["paris", "rome"]) == [1.0, 1.0]  # a paired gold keeps its best
     assert best_pairing(["paris"], ["paris", "paris"]) == [1.0, 0.0]  # a prediction pairs once
     assert pred_items_lenient("  ", 2) == [] and pred_items_lenient("[a, b].", 2) == ["a", "b"]
+    # only sentence punctuation goes after a "[...]" answer, not the last item's own letters (here unclosed)
+    assert pred_items_lenient("[Windows, Mac OS X", 2) == ["Windows", "Mac OS X"]
     # gold format None: any refusal is right, whatever the gold text; a refusal of an answerable gold scores 0
     assert s("The document does not say", "", "none", "lenient") == 1.0
     assert s("Not answerable", "Not applicable", "str", "lenient") == 0.0

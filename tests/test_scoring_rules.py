@@ -74,6 +74,8 @@ def test_read_number_values_and_refusals() -> None:
     assert T.read_number("12 M2") == 12.0  # a unit written in capitals (m2 holds a digit)
     assert T.read_number("$1,577,000") == 1577000.0 and T.read_number("5.2 million") == 5.2
     assert T.read_number("12%") == 12.0 and T.read_number("3 and 4") is None and T.read_number("none") is None
+    # a sentence stop after the number goes; a leading decimal point is the number's own (".5" was read as 5.0)
+    assert T.read_number(".5") == 0.5 and T.read_number("-.5;") == -0.5 and T.read_number("5.") == 5.0
 
 
 # --- lists -------------------------------------------------------------------------------------------------------

@@ -257,8 +257,10 @@ def test_the_index_is_a_short_map_linking_every_published_result() -> None:
     for r in results:
         assert (r.folder / PAGE_NAME).is_file(), r.name
         assert f"(results/{r.name}/{PAGE_NAME})" in index, f"{r.name} has no line in the index"
-    assert index.index("## Evidence quality at equal tokens") < index.index("## Headroom") < \
-        index.index("## Benchmarks") < index.index("## Speed") < index.index("## Training")
+    order = ["Evidence within topk_page's operating budget", "Evidence quality at equal tokens", "Headroom",
+             "Benchmarks", "Speed", "Training"]  # a section with no result is left out
+    at = [index.index(f"## {title}") for title in order if f"## {title}" in index]
+    assert at == sorted(at) and at[0] == index.index("## ") and len(at) >= 5
     assert "Contents:" in index.split("## ")[0]
 
 

@@ -80,3 +80,46 @@ def test_a_knob_setting_read_at_the_budget_gets_a_row_of_its_own(tmp_path: Path)
     assert "| topk_elements | -0.270 [-0.330, -0.210] · ×1.90 [1.60, 2.30] |" in index
     assert "| topk_elements (k=8 tokens=5300) | -0.050 [-0.100, +0.000] · ×0.90 [0.80, 1.00] |" in index
     assert "heuristic" not in index and "recall-token frontier" not in index
+
+
+def test_a_run_on_val_only_chose_settings_and_is_listed_not_tabled(tmp_path: Path) -> None:
+    """Settings are chosen on val and reported on test: a val-only run is not a column of the first table."""
+    root = tmp_path / "docs" / "results"
+    val = [{**_benchmark_run("topk_elements", 0.40, 800.0, _cell(-0.27, -0.33, -0.21), _cell(1.9, 1.6, 2.3)),
+            "split": "val"}, {**_benchmark_run("topk_page", 0.752, 5489.0), "split": "val"}]
+    _put(root, "choice_on_val", val, figure=False)
+    _put(root, "on_test", [_benchmark_run("topk_elements", 0.37, 790.0, _cell(-0.30, -0.38, -0.23), _cell(2.4, 2.1, 2.8)),
+                           _benchmark_run("topk_page", 0.671, 5324.0)], figure=False)
+    results = load_published(root)
+    assert {r.name: section_of(r) for r in results} == {"choice_on_val": "other", "on_test": "operating_budget"}
+    index = render_docs(root, root.parent / "RESULTS.md", "gen")[root.parent / "RESULTS.md"]
+    first, other = (index.split(f"## {SECTIONS[name]}")[1].split("\n## ")[0] for name in ("operating_budget", "other"))
+    assert "on_test" in first and "choice_on_val" not in first and "0.752" not in index
+    assert "[choice_on_val](results/choice_on_val/README.md)" in other
+
+
+def test_a_headroom_run_without_its_slot_reach_says_not_run(tmp_path: Path) -> None:
+    """headroom.py with slot_reach.enabled=false measures no slot reach: the index says so instead of n/a."""
+    root = tmp_path / "docs" / "results"
+    metrics = {"episodes": 419, "topk_recall": 0.706, "oracle_recall": 0.888,
+               "reach_1hop": {"any": 0.846}, "chance_1hop": {"any": 0.784}}
+    _put(root, "headroom_x", [{"dataset": "mmlongbench", "split": "all", "budget": BUDGET, "metrics": metrics}],
+         figure=False)
+    index = render_docs(root, root.parent / "RESULTS.md", "gen")[root.parent / "RESULTS.md"]
+    row = next(line for line in index.splitlines() if line.startswith("| [headroom_x]"))
+    assert row.endswith("| 0.846 (0.784) | not run |")
+
+
+def test_a_run_over_several_k_is_shown_at_the_default_k_and_no_k_is_taken_for_a_knob(tmp_path: Path) -> None:
+    """The main job plays k=2, 5, 8, each with topk_page uncapped: three operating points, not knob settings."""
+    root = tmp_path / "docs" / "results"
+    runs = []
+    for k, recall in ((2, 0.61), (5, 0.83), (8, 0.94)):
+        b = {**BUDGET, "k": k}
+        runs += [{**_benchmark_run("heuristic", recall, 1000.0 * k, _cell(k / 100, 0.0, 0.1), _cell(1.0, 0.9, 1.1)),
+                  "budget": b}, {**_benchmark_run("topk_page", recall, 1000.0 * k), "budget": b}]
+    _put(root, "several_k", runs, figure=False)
+    index = render_docs(root, root.parent / "RESULTS.md", "gen")[root.parent / "RESULTS.md"]
+    assert "| budget (topk_page's render mode) | k=5 (visual) |" in index
+    assert "| heuristic | +0.050 [+0.000, +0.100] · ×1.00 [0.90, 1.10] |" in index
+    assert "heuristic (k=" not in index

@@ -415,6 +415,14 @@ def test_benchmark_budgets_carry_a_token_budget() -> None:
     assert [R.budget_label(b) for b in budgets_of(cfg)] == ["k2 m4 M24 T6 B16", "k5 m4 M24 T6 B16 tok5355"]
 
 
+def test_benchmark_budgets_that_merge_into_one_are_played_once() -> None:
+    """``{k: 5}`` and the full default budget are the same budget: one run, not every question twice."""
+    from mage_gym.bench.benchmark import budgets_of
+
+    cfg = compose("benchmark", "budgets=[{k: 5}, {k: 5, m: 4, M: 24, T: 6, B: 16}, {k: 2}, {k: 5}]")
+    assert [R.budget_label(b) for b in budgets_of(cfg)] == ["k5 m4 M24 T6 B16", "k2 m4 M24 T6 B16"]
+
+
 @pytest.fixture(scope="module")
 def synth_episodes(tmp_path_factory):
     from agent_helpers import one_document_corpus

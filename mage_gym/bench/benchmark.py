@@ -69,10 +69,19 @@ class RunStopped(RuntimeError):
 
 
 def budgets_of(cfg: Mapping[str, Any]) -> list[dict[str, int]]:
-    """``budgets`` (partial budgets) merged onto ``env.budget``; just ``env.budget`` when ``budgets`` is null."""
+    """``budgets`` (partial budgets) merged onto ``env.budget``; just ``env.budget`` when ``budgets`` is null.
+
+    Two entries that merge into the same budget are played once (first order kept): a duplicate would play
+    every episode twice and count each question twice in the run's rows.
+    """
     base = budget_dict(section(cfg, "env").get("budget") or {})
     extra = plain(cfg.get("budgets")) or [{}]
-    return [budget_dict({**base, **dict(b or {})}) for b in extra]
+    out: list[dict[str, int]] = []
+    for b in extra:
+        merged = budget_dict({**base, **dict(b or {})})
+        if merged not in out:
+            out.append(merged)
+    return out
 
 
 def run_policy(name: str, opts: Mapping[str, Any], episodes: Sequence[Any], cfg: Mapping[str, Any],

@@ -129,8 +129,9 @@ def section_of(r: PublishedResult) -> str:
         return "superseded"
     runs = r.runs or []
     metrics = [_metrics(run) for run in runs]
-    if any(_is_interval(figure(run, OPERATING)) for run in runs):
-        return "operating_budget"
+    operating = [run for run in runs if _is_interval(figure(run, OPERATING))]
+    if operating:  # a run on val only chose settings: listed with its title, the table reports the rest
+        return "operating_budget" if any(run.get("split") != "val" for run in operating) else "other"
     if any(_is_interval(m.get(DELTA)) for m in metrics):
         return "equal_tokens"
     if any("topk_recall" in m and "oracle_recall" in m for m in metrics):
@@ -189,11 +190,22 @@ def _policy_label(run: Mapping[str, Any]) -> str:
     return f"{name} (privileged)" if run.get("privileged") else name
 
 
+def _plain_topk(runs: Sequence[Mapping[str, Any]]) -> bool:
+    """topk_page played this budget uncapped: the budget is an operating point of its own, not a knob setting."""
+    return any(run.get("policy") == "topk_page" and "tokens" not in (run.get("budget") or {}) for run in runs)
+
+
 def _base_budget(by_budget: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
-    """A column's budget: the one uncapped topk_page played (its operating point), else the one most runs played."""
-    for budget, runs in by_budget.items():
-        if any(run.get("policy") == "topk_page" and "tokens" not in (run.get("budget") or {}) for run in runs):
+    """A column's budget: an uncapped topk_page's (its operating point; of several, the env's default k's),
+    else the one most runs played."""
+    from mage_gym.env.budget import Budget
+
+    plain = [b for b, runs in by_budget.items() if _plain_topk(runs)]
+    for budget in plain:
+        if any((run.get("budget") or {}).get("k") == Budget().k for run in by_budget[budget]):
             return budget
+    if plain:
+        return plain[0]
     return max(by_budget, key=lambda b: len(by_budget[b]))  # max keeps the first of equals
 
 
@@ -251,7 +263,7 @@ def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[st
             budget = _base_budget(by_budget)
             rows = list(by_budget[budget])
             for other, runs in by_budget.items():  # settings of a knob (entry pages, a token cap) read at the budget
-                if other != budget:
+                if other != budget and not _plain_topk(runs):  # another k of topk_page's own: on the run's page
                     rows += [{**run, "setting": _budget_change(run.get("budget"), by_budget[budget][0].get("budget"))}
                              for run in runs if _is_interval(figure(run, OPERATING))]
             columns.append((r, (*key, budget), rows))
@@ -285,7 +297,8 @@ def _operating_budget(results: Sequence[PublishedResult], link: Link) -> list[st
             "curve to reach the controller's recall over the controller's own (above 1: the same evidence for "
             "fewer tokens). Only the first figure supports \"finds more evidence\". Mean over seeds [95% interval "
             "over questions]; topk_page's curve in the controller's render mode (whole page images for "
-            "elements-mode controllers); `*`: under 30 questions; n/a: outside topk_page's curve.", ""
+            "elements-mode controllers); `*`: under 30 questions; n/a: outside topk_page's curve. Runs on val "
+            "only (where settings are chosen) are under Other results.", ""
             ] + _plain_table(header, body)
 
 
@@ -342,6 +355,9 @@ def _headroom(results: Sequence[PublishedResult], link: Link) -> list[str]:
                                 budget_text(run.get("budget")), m.get("episodes")]
             for _, path in HEADROOM_COLUMNS:
                 value, _, chance = path.partition("|")
+                if _get(m, value) is None and _get(m, chance) is None:
+                    cells.append("not run")  # e.g. headroom.py slot_reach.enabled=false
+                    continue
                 cells.append(format_cell(_get(m, value)) + (f" ({format_cell(_get(m, chance))})" if chance else ""))
             rows.append(cells)
     return (["Page recall of the entry pages (topk_page's k, then 2k and 3k pages) and of the privileged oracle "

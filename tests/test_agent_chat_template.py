@@ -222,3 +222,47 @@ def test_the_rollout_reward_is_the_sum_of_what_the_env_paid_and_a_rollout_ends_o
     env.search(query="q")
     env.stop()
     assert env.get_reward() == pytest.approx(0.5) and chat.finished == 1  # stopped by the model: no finish
+
+
+class _PictureChat:
+    """A chat env whose messages carry images, as MageChatEnv's do with vision: what TRL must receive as blocks."""
+
+    def __init__(self) -> None:
+        self.view = SimpleNamespace(question="q?")
+        self.calls: list[dict] = []
+        self.page, self.crop = object(), object()
+
+    def reset(self, options=None):
+        content = [{"type": "text", "text": user_intro("q?") + "\n\nstate"}, {"type": "image", "image": self.page},
+                   {"type": "image", "image": None}]  # a part without its image: nothing to show
+        return [{"role": "system", "content": "rules"}, {"role": "user", "content": content}], {}
+
+    def step(self, calls):
+        self.calls += calls
+        if calls[0]["name"] == "open":
+            return [{"role": "tool", "content": [{"type": "text", "text": "opened"},
+                                                 {"type": "image", "image": self.crop}]}], 0.0, False, False, {}
+        return [{"role": "tool", "content": "ok"}], 0.0, False, False, {}
+
+
+def test_tool_env_hands_trl_the_images_as_blocks_after_the_text_and_plain_text_without_images():
+    chat = _PictureChat()
+    env = MageToolEnv(lambda: chat)
+    assert env.reset(task="t") == [{"type": "text", "text": "\n\nstate"}, {"type": "image", "image": chat.page}]
+    assert env.open(ids=["a"]) == [{"type": "text", "text": "opened"}, {"type": "image", "image": chat.crop}]
+    assert env.activate(candidates=[1]) == "ok"  # no image: the plain string TRL reads as text
+
+
+def test_tool_env_numbers_its_calls_from_one_in_each_episode():
+    """Each call goes to the chat env with an id (a structured call: its result comes back as a tool message);
+    the ids count the episode's calls, so a reset starts again at call_1."""
+    chat = _PictureChat()
+    env = MageToolEnv(lambda: chat)
+    env.reset(task="t")
+    env.activate(candidates=[1])
+    env.search(query="q")
+    env.reset(task="t")
+    env.stop()
+    assert chat.calls == [{"id": "call_1", "name": "activate", "arguments": {"candidates": [1]}},
+                          {"id": "call_2", "name": "search", "arguments": {"query": "q"}},
+                          {"id": "call_1", "name": "stop", "arguments": {}}]

@@ -195,3 +195,14 @@ def _privileged_env(pair):
     env = MageRAGEnv(episodes=[pair], query_fn=QF, K=16, retriever="bm25", privileged=True)
     env.reset(seed=0)
     return env
+
+
+def test_the_privileged_view_names_gold_node_zero_and_drops_a_node_past_the_end() -> None:
+    """Page 0's node is a gold node like any other; an index past the graph (a stale resolution) has no id."""
+    g = make_toy_graph(n_pages=2, elements_per_page=2)
+    ep = Episode(episode_id="edge", benchmark="synth", doc_id=g.doc_id, source="x", question="q", answer="a",
+                 answer_format="Str", answerable=True)
+    ev = GoldEvidence(items=((0,), (3,)), pages=(0, 1), item_pages=(0, 1), item_is_page=(True, False),
+                      level="page", gold_nodes=np.array([0, 3, g.n_nodes], dtype=np.int32))
+    view = PrivilegedView.of(Gold(ep, ev), g)
+    assert view.gold_nodes == (0, 3, g.n_nodes) and view.gold_node_ids == (g.node_ids[0], g.node_ids[3])

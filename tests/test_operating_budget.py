@@ -201,3 +201,52 @@ def test_the_frontier_draws_each_policy_across_its_budgets_against_the_floored_c
     assert policy_points(runs, "item_support") == {}
     png = plot_frontier(runs, {"visual": curve}, tmp_path / "f.png", operating_k=2).read_bytes()
     assert png[:4] == b"\x89PNG"
+
+
+def test_the_block_passes_its_bootstrap_settings_on_and_drops_failed_episodes() -> None:
+    """Each figure of the block is the function's own figure on the run's finished questions, with the block's
+    n_boot and seed (1,000 and 0 by default)."""
+    from mage_gym.bench.equal_cost import policy_arrays
+
+    rng = np.random.default_rng(9)
+    qs = [f"q{i}" for i in range(36)]
+    curve = {k: {q: _row("topk_page", q, min(1.0, 0.15 * k + rng.uniform(0, 0.1)), 1000.0 * k + rng.uniform(0, 90),
+                         min(1.0, 0.1 * k)) for q in qs} for k in range(1, 7)}
+    mine = [_row("p", q, float(rng.uniform(0.3, 0.9)), float(rng.uniform(1500, 4500)), 0.5) for q in qs]
+    failed = {**_row("p", "q0", 0.0, 99000.0), "failed": True}  # a failed retry of q0 is no question of its own
+    block = equal_cost_block(mine + [failed], curve, "visual", n_boot=60, seed=3, k=5)
+    for key, metric, cost in COMPARISONS:
+        qids, pm, pc, ks, cm, cc = policy_arrays(mine + [failed], curve, metric, cost)
+        assert len(qids) == 36 and max(pc) < 99000.0
+        if key.endswith("operating_budget"):
+            want = delta_at_operating_budget(pm, pc, cm, cc, ks, 5, n_boot=60, seed=3)
+        elif key.startswith("cost_ratio"):
+            want = cost_ratio_at_equal_evidence(pm, pc, cm, cc, n_boot=60, seed=3)
+        else:
+            want = delta_at_equal_cost(pm, pc, cm, cc, n_boot=60, seed=3)
+        assert block[key] == want and want["lo"] is not None
+    assert equal_cost_block(mine, curve, "visual", k=5) == equal_cost_block(mine, curve, "visual", n_boot=1000,
+                                                                            seed=0, k=5)
+
+
+def test_a_figure_without_a_curve_or_without_k_is_empty_with_its_question_count() -> None:
+    qs = [f"q{i}" for i in range(12)]
+    mine = [_row("p", q, 0.5, 2000.0, 0.5) for q in qs]
+    empty = {"mean": None, "lo": None, "hi": None, "n": 12, "interpretable": False}
+    no_curve = equal_cost_block(mine, {}, "visual", n_boot=20, k=5)
+    assert all(no_curve[key] == empty for key, _, _ in COMPARISONS)
+    curve = {k: {q: _row("topk_page", q, 0.15 * k, 1000.0 * k, 0.1 * k) for q in qs} for k in range(1, 4)}
+    no_k = equal_cost_block(mine, curve, "visual", n_boot=20)
+    assert all(no_k[key] == empty for key in ("delta_recall_at_operating_budget", "delta_support_at_operating_budget",
+                                              "delta_item_support_at_operating_budget"))
+    assert no_k["operating_budget"] == {"k": None, "tokens": None}
+    assert equal_cost_block([], curve, "visual", n_boot=20, k=2)["delta_recall_at_equal_tokens"] == {**empty, "n": 0}
+
+
+def test_validate_block_names_what_a_block_lacks() -> None:
+    with pytest.raises(ValueError, match="lacks baseline/render_mode/ks"):
+        validate_block({"baseline": "topk_page", "ks": [0, 1]})
+    with pytest.raises(ValueError, match="lacks baseline/render_mode/ks"):
+        validate_block(["baseline", "render_mode", "ks"])
+    with pytest.raises(ValueError, match="equal_cost.delta_recall_at_equal_tokens must hold"):
+        validate_block({"baseline": "topk_page", "render_mode": "visual", "ks": [0, 1]})

@@ -133,3 +133,122 @@ def test_rendered_summary_describes_without_pixels(graph) -> None:
                              "width": 791, "height": 1024},
                             {"node_id": "toy:p0:e2", "page": 0, "kind": "crop", "bbox": list(graph.elements[2].bbox),
                              "width": 1004, "height": 528}]}
+
+
+# --- edges of the sizes, the memo's reuse, the defaults and the errors (mutation survivors of render) ----------------
+
+def test_a_memo_reuses_each_fragment_so_an_image_is_one_object_across_renders(graph) -> None:
+    """A memo keeps each node's fragment: the second render hands back the same image objects (pixels load once)."""
+    st = _state(graph)
+    st[1] = 1  # page 1 activated too: fragments past index 0 are looked up again
+    memo: dict = {}
+    first, again = render(graph, st, "visual", memo=memo), render(graph, st, "visual", memo=memo)
+    assert len(first.images) == 3 and all(a is b for a, b in zip(first.images, again.images))
+    fresh = render(graph, st, "visual")
+    assert fresh == first and not any(a is b for a, b in zip(fresh.images, first.images))
+
+
+def test_the_default_mode_is_visual_and_bad_input_is_named(graph) -> None:
+    assert render(graph, _state(graph)).mode == "visual"
+    assert render(graph, _state(graph)).xml == XML["visual"]
+    with pytest.raises(ValueError, match=r"unknown render mode 'pixels'; expected one of"):
+        render(graph, _state(graph), "pixels")
+    with pytest.raises(ValueError, match=rf"node-state table has shape \(3,\); graph has {graph.n_nodes} nodes"):
+        render(graph, np.zeros(3, dtype=np.int8))
+
+
+def test_page_and_crop_sizes_at_their_edges() -> None:
+    from mage_gym.graph.schema import Element, Page
+    from mage_gym.render import _crop_size_px, _page_size_px
+
+    cfg = RenderConfig()  # 144 dpi (x2), pages capped at 1,024 px, crops padded by 0.01 of the page
+    page = lambda w, h: Page(node_id="p", index=0, width=w, height=h, text="", summary="")  # noqa: E731
+    assert _page_size_px(page(0.0, 0.0), cfg) == (2, 2)  # a page without a size counts as 1 x 1 pt
+    assert _page_size_px(page(1.0, 100_000.0), cfg) == (1, 1024)  # a long strip: at least one pixel wide
+    assert _page_size_px(page(100_000.0, 1.0), cfg) == (1024, 1)
+    el = lambda box: Element(node_id="e", page=0, index=0, type="figure", bbox=box, text="", summary="",  # noqa: E731
+                             reading_order=0)
+    letter = page(612.0, 792.0)
+    # at the page's right and bottom edges the padding stops at the page: 0.5..1.0 plus 0.01 on the inner side
+    assert _crop_size_px(letter, el((0.5, 0.5, 1.0, 1.0)), cfg) == (round(0.51 * 612 * 2), round(0.51 * 792 * 2))
+    flat = RenderConfig(crop_pad=0.0)
+    assert _crop_size_px(letter, el((0.3, 0.3, 0.3, 0.6)), flat) == (1, round(0.3 * 792 * 2))  # a zero-width box
+    assert _crop_size_px(letter, el((0.3, 0.3, 0.6, 0.3)), flat) == (round(0.3 * 612 * 2), 1)
+
+
+def test_image_tokens_count_patches_of_at_least_one_pixel() -> None:
+    unit = RenderConfig(patch=1, min_image_tokens=1)
+    assert image_tokens(1, 5, unit) == 5 and image_tokens(5, 1, unit) == 5 and image_tokens(0, 3, unit) == 3
+
+
+def test_whole_text_is_one_character_or_more_and_the_mask_is_bool(graph) -> None:
+    from mage_gym.render import page_text_whole
+
+    one = replace(graph.pages[0], text="x")
+    assert page_text_whole(one, RenderConfig()) is True
+    assert page_text_whole(replace(one, text=""), RenderConfig()) is False
+    mask = whole_text_pages(graph)
+    assert mask.dtype == bool and mask.tolist() == [True, True]
+    assert whole_text_pages(graph, mode="elements").dtype == bool
+
+
+def test_an_opened_element_sends_its_table_only_for_a_table_and_an_activated_one_its_summary(graph) -> None:
+    els = list(graph.elements)
+    els[1] = replace(els[1], table_markdown="| x |", summary="the summary")  # a paragraph carrying markdown
+    els[2] = replace(els[2], table_markdown=None)  # a table without markdown
+    g = replace(graph, elements=els)
+    st = np.zeros(g.n_nodes, dtype=np.int8)
+    st[0], st[g.n_pages + 1], st[g.n_pages + 2] = 1, 2, 2
+    xml = render(g, st, "text").xml
+    assert "<content>page 0 item 1 growth</content>" in xml and "| x |" not in xml
+    assert f"<content>{esc(els[2].text)}</content>" in xml
+    st[g.n_pages + 1] = 1
+    assert "<summary>the summary</summary>" in render(g, st, "text").xml
+
+
+def test_a_crop_loads_with_the_configured_padding() -> None:
+    from types import SimpleNamespace
+
+    from mage_gym.render import _crop_loader
+
+    fake = SimpleNamespace(crop=lambda node, dpi=0, pad=0: (node, dpi, pad))
+    assert _crop_loader(fake, 7, RenderConfig(crop_dpi=100, crop_pad=0.03))() == (7, 100, 0.03)
+
+
+@pytest.mark.parametrize("mode", ["visual", "text", "elements"])
+def test_node_share_is_what_render_adds_and_shares_renders_memo(graph, mode: str) -> None:
+    """Every node's share (pages included) is the XML and image tokens a render of it adds; with a memo the
+    shares read the fragments render stored (the same objects) and store theirs under render's keys."""
+    from mage_gym.render import frame_chars, node_share
+
+    cfg = RenderConfig()
+    for v in range(graph.n_nodes):
+        for opened in ((False,) if v < graph.n_pages else (False, True)):
+            p = int(graph.node_page[v])
+            st = np.zeros(graph.n_nodes, dtype=np.int8)
+            st[p] = 1
+            base = render(graph, st, mode, config=cfg)
+            st[v] = 2 if opened else 1
+            out = render(graph, st, mode, config=cfg)
+            chars, images = node_share(graph, v, opened, mode, cfg)
+            if v < graph.n_pages:
+                assert (chars, images) == (len(out.xml) - frame_chars(graph, mode), out.image_tokens), (v, mode)
+            else:
+                assert (chars, images) == (len(out.xml) - len(base.xml), out.image_tokens - base.image_tokens)
+    memo: dict = {}
+    st = np.zeros(graph.n_nodes, dtype=np.int8)
+    st[:graph.n_pages] = 1
+    st[graph.n_pages:] = 2
+    render(graph, st, mode, config=cfg, memo=memo)
+    pages, elements = memo[(mode, cfg)]
+    kept = {**{("p", k): f for k, f in pages.items()}, **{("e", k): f for k, f in elements.items()}}
+    for v in range(graph.n_nodes):
+        assert node_share(graph, v, True, mode, cfg, memo) == node_share(graph, v, True, mode, cfg)
+    assert {("p", k): f for k, f in pages.items()} | {("e", k): f for k, f in elements.items()} == kept
+    assert all(pages[k] is kept[("p", k)] for k in pages) and all(elements[k] is kept[("e", k)] for k in elements)
+    fresh: dict = {}
+    for v in range(graph.n_nodes):
+        node_share(graph, v, v >= graph.n_pages, mode, cfg, fresh)
+    pages, elements = fresh[(mode, cfg)]
+    assert list(fresh) == [(mode, cfg)] and sorted(pages) == [2 * p + 1 for p in range(graph.n_pages)]
+    assert sorted(elements) == [2 * j + 1 for j in range(graph.n_nodes - graph.n_pages)]

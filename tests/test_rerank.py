@@ -108,18 +108,20 @@ def test_passages_come_best_cosine_first_so_fewer_per_page_are_a_prefix() -> Non
     wide = _reranker(chunks_per_page=4, chunk_chars=60)
     chunks = page_chunks(g, 60)
     sims = wide.passages.index(g).vectors @ wide.passages.query_vector(g, q)
-    checked = 0
+    checked = best_not_first = 0
     for p in range(g.n_pages):
         rows = np.flatnonzero(chunks.page == p)
         if len(rows) < 3:
             continue
         texts, _ = wide.passages_of(g, q, [p])
+        assert len(texts) == min(4, len(rows))
+        best_not_first += int(np.argmax(sims[rows]) != 0)
         cos = [float(sims[rows[[chunks.texts[i] for i in rows].index(t)]]) for t in texts]
         assert cos == sorted(cos, reverse=True), "a page's passages: best dense cosine first"
         for c in (1, 2):
             assert _reranker(chunks_per_page=c, chunk_chars=60).passages_of(g, q, [p])[0] == texts[:c]
         checked += 1
-    assert checked, "the toy pages hold several chunks"
+    assert checked and best_not_first, "the toy pages hold several chunks, and some page's best is not its first"
 
 
 def test_scores_are_cached_on_disk_by_model_question_and_passages(tmp_path) -> None:

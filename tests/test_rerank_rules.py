@@ -274,6 +274,7 @@ def test_defaults_and_refused_settings() -> None:
                           cache_dir=Path("/tmp/x"), checkpoint="/ckpt", max_graphs=20, name="mine")
     assert (w.depth, w.rrf_k, w.cache, w.cache_dir, w.checkpoint, w.name) == (1, 0.0, "write", "/tmp/x", "/ckpt", "mine")
     assert (w.passages.chunk_chars, w.passages.cache, w._chunks.max_entries) == (300, True, 20)
+    assert r.passages.__getstate__()["max_graphs"] == 8 and w.passages.__getstate__()["max_graphs"] == 20
     assert RerankedRetriever(first, cache=False).passages.cache is False
     for kw, message in [({"depth": 0}, "depth and chunks_per_page must be >= 1, got 0, 1"),
                         ({"chunks_per_page": 0}, "depth and chunks_per_page must be >= 1, got 10, 0"),
@@ -285,3 +286,14 @@ def test_defaults_and_refused_settings() -> None:
         assert str(err.value) == message
     with pytest.raises(TypeError, match="^first_stage must be a retriever, got str$"):
         RerankedRetriever("bm25")
+
+
+def test_a_document_without_elements_gets_empty_float32_element_scores() -> None:
+    """Image-only pages without OCR parse to no elements: every channel still has an (empty) float32 element row."""
+    from mage_gym.testing import graph_from_texts
+
+    g = graph_from_texts([[], []], doc_id="image_only")
+    r = RerankedRetriever(HybridRetriever(), scorer=QuestionWordScorer(), cache=False)
+    fused, comps = r.score_with_components(g, hash_query_fn(32)("what grew?"))
+    for s in (fused, *comps.values()):
+        assert s.elements.shape == (0,) and s.elements.dtype == np.float32 and s.pages.shape == (2,)

@@ -143,6 +143,7 @@ def test_episode_metrics_by_hand(graph) -> None:
     none = R.episode_metrics(graph, replace(g, level="none"), r, covered)
     assert none["gold_known"] is False and none["evidence_page_recall"] is None
     assert none["evidence_all_covered"] is None and none["element_recall"] is None
+    assert none["item_support"] is None and none["gold_pages_by_any_element"] is None  # not 0: no gold to count
     assert none["element_precision"] is None and none["item_support"] is None
     pages_only = R.episode_metrics(graph, g, _rendered(graph, [(ids[2], 10)], total=10, images=(ids[2],)), covered)
     assert pages_only["element_precision"] is None and pages_only["element_recall"] == 0.0

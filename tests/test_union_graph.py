@@ -52,6 +52,9 @@ def members(corpus: Path, cache_dir: Path) -> list[EvidenceGraph]:
 
 @pytest.fixture(scope="module")
 def union(members: list[EvidenceGraph], cache_dir: Path) -> UnionGraph:
+    # the in-memory cache is keyed by content and outlives a pytest session run in the same process (mutmut runs
+    # the tests twice in one process): a union left there by an earlier run never reaches this run's cache_dir
+    clear_union_cache()
     return union_graph(members, cache_dir=cache_dir)
 
 

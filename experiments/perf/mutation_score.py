@@ -21,12 +21,19 @@ Every survivor must be accounted for: ``--survivors FILE`` (default
 ``docs/results/mutation_score/survivors.md``) is a reviewed list, one table
 row per survivor whose first cell is the mutant's name and last cell says why
 it is equivalent (or which test was added); results.json lists the survivors
-that file does not cover under ``unreviewed``.
+that file does not cover (no row, or a row with an empty verdict) under
+``unreviewed``, and counts the verdicts by their first words (``verdicts``).
+``--rewrite-survivors`` rewrites that file's tables from results.json: one
+row per survivor of the current runs, its verdict kept from the old row
+(empty for a new survivor, to be written by reviewing its diff); rows of
+mutants the tests now kill are dropped.
 
 Run (from the repo root; two workers, niced, ~10-20 min for all modules on two shared cores)::
 
     nice -n 15 .venv/bin/python experiments/perf/mutation_score.py                  # -> outputs/mutation_score/
     nice -n 15 .venv/bin/python experiments/perf/mutation_score.py --modules reward coverage --workers 1
+    # after review: the survivors file's tables follow results.json (verdicts kept, new survivors added)
+    .venv/bin/python experiments/perf/mutation_score.py --modules --rewrite-survivors
 
 Install the tool with the ``dev`` extra (``mutmut``). Real data (tests that
 read ``../shared/data``) is passed to the copies through ``MAGE_GYM_DATA``.
@@ -65,7 +72,9 @@ MODULES: dict[str, Target] = {
                         "tests/test_reward_rules.py", "tests/test_render.py", "tests/test_env.py")),
     "render": Target(("mage_gym/render.py",),
                      ("tests/test_render.py", "tests/test_render_rules.py", "tests/test_coverage.py", "tests/test_reward.py",
-                      "tests/test_union_graph.py", "tests/test_images.py", "tests/test_env_crossdoc.py")),
+                      "tests/test_union_graph.py", "tests/test_images.py", "tests/test_env_crossdoc.py",
+                      # node_share and frame_chars: the token budget's per-node shares, checked against renders
+                      "tests/test_token_budget.py")),
     "bench/equal_cost": Target(("mage_gym/bench/equal_cost.py",),
                                ("tests/test_equal_cost.py", "tests/test_learned_report.py",
                                 "tests/test_aggregate_seeds.py", "tests/test_operating_budget.py",
@@ -84,7 +93,8 @@ MODULES: dict[str, Target] = {
                            # 90 s under load, and it reads images, not the parser's rules
                            "--deselect", "tests/test_agent_chat_env.py::test_vision_parts_and_their_openai_form")),
     "retrieval/rerank": Target(("mage_gym/retrieval/rerank.py",), ("tests/test_rerank.py", "tests/test_rerank_rules.py")),
-    "scoring": Target(("mage_gym/scoring/*",), ("tests/test_scoring.py", "tests/test_scoring_runs.py", "tests/test_extract.py")),
+    "scoring": Target(("mage_gym/scoring/*",), ("tests/test_scoring.py", "tests/test_scoring_rules.py",
+                                                "tests/test_scoring_runs.py", "tests/test_extract.py")),
 }
 
 #: mutmut's statuses that mean the tests noticed the mutant
@@ -92,11 +102,37 @@ KILLED = {"killed", "timeout", "segfault", "caught by type check"}
 ROW = re.compile(r"^\|\s*`?([\w.ǁ]+__mutmut_\d+)`?\s*\|")
 
 
-def reviewed_names(path: Path) -> set[str]:
-    """Mutant names with a row in the reviewed survivors file (first table cell)."""
+#: a verdict's category: the words before its first colon (the survivors file's legend)
+CATEGORIES = ("equivalent", "message text", "killable, no test")
+
+
+def reviewed_verdicts(path: Path) -> dict[str, str]:
+    """Mutant name -> verdict (last table cell) for each row of the survivors file whose verdict is written."""
     if not path.is_file():
-        return set()
-    return {m.group(1) for line in path.read_text(encoding="utf-8").splitlines() if (m := ROW.match(line))}
+        return {}
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if (m := ROW.match(line)) and (verdict := line.rstrip().rstrip("|").rsplit(" | ", 1)[-1].strip()):
+            out[m.group(1)] = verdict
+    return out
+
+
+def category(verdict: str) -> str:
+    """The verdict's category (:data:`CATEGORIES`), or "other" for a verdict that names none."""
+    return next((c for c in CATEGORIES if verdict.startswith(c)), "other")
+
+
+def rewrite_survivors(path: Path, modules: dict, verdicts: dict[str, str]) -> None:
+    """The survivors file's text up to its first table heading, then one table per module from ``modules``."""
+    old = path.read_text(encoding="utf-8") if path.is_file() else "# Surviving mutants\n\n"
+    head = old.split("\n## ", 1)[0].rstrip() + "\n"
+    parts = [head]
+    for key, row in modules.items():
+        parts += [f"\n## {key}\n\n", "| mutant | status | change | verdict |\n", "| --- | --- | --- | --- |\n"]
+        for nk in row["not_killed"]:
+            change = nk["change"].replace("|", "\\|")
+            parts.append(f"| `{nk['name']}` | {nk['status']} | `{change}` | {verdicts.get(nk['name'], '')} |\n")
+    path.write_text("".join(parts), encoding="utf-8")
 
 
 def prepare(work: Path, target: Target) -> None:
@@ -159,7 +195,8 @@ def diffs_of(work: Path, names: list[str], env: dict) -> dict[str, str]:
     return json.loads(out.stdout)
 
 
-def run_module(key: str, target: Target, out: Path, workers: int, reviewed: set[str], resume: bool = False) -> dict:
+def run_module(key: str, target: Target, out: Path, workers: int, reviewed: dict[str, str],
+               resume: bool = False) -> dict:
     work = out / "work" / key.replace("/", "_")
     if not (resume and (work / "mutants").is_dir()):
         prepare(work, target)
@@ -213,10 +250,12 @@ def main(argv: list[str] | None = None) -> int:
                     help="continue a module's unfinished run in its existing scratch copy (mutmut keeps results)")
     ap.add_argument("--survivors", type=Path, default=REPO / "docs" / "results" / "mutation_score" / "survivors.md",
                     help="the reviewed survivors file (one table row per survivor)")
+    ap.add_argument("--rewrite-survivors", action="store_true",
+                    help="rewrite the survivors file's tables from results.json (verdicts kept)")
     args = ap.parse_args(argv)
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    reviewed = reviewed_names(args.survivors)
+    reviewed = reviewed_verdicts(args.survivors)
     results_path = out / "results.json"
     previous = json.loads(results_path.read_text()).get("modules", {}) if results_path.is_file() else {}
     modules = dict(previous)
@@ -229,13 +268,16 @@ def main(argv: list[str] | None = None) -> int:
         row["unreviewed"] = [nk["name"] for nk in row["not_killed"] if nk["name"] not in reviewed]
     for key in args.modules:
         modules[key] = run_module(key, MODULES[key], out, args.workers, reviewed, args.resume)
-        write(results_path, modules)
-    write(results_path, modules)
+        write(results_path, modules, reviewed)
+    write(results_path, modules, reviewed)
     print(f"[mutation] wrote {results_path}")
+    if args.rewrite_survivors:
+        rewrite_survivors(args.survivors, modules, reviewed)
+        print(f"[mutation] rewrote {args.survivors}")
     return 0
 
 
-def write(path: Path, modules: dict) -> None:
+def write(path: Path, modules: dict, verdicts: dict[str, str]) -> None:
     """results.json: per module and in total; a re-run of some modules keeps the others' rows."""
     mutants = sum(m["mutants"] - m["counts"].get("skipped", 0) for m in modules.values())
     killed = sum(m["killed"] for m in modules.values())
@@ -245,6 +287,12 @@ def write(path: Path, modules: dict) -> None:
     total = {"mutants": mutants, "killed": killed, "score": round(killed / mutants, 4) if mutants else None,
              "not_killed": sum(len(m["not_killed"]) for m in modules.values()),
              "unreviewed": sum(len(m["unreviewed"]) for m in modules.values())}
+    counts = {c: 0 for c in (*CATEGORIES, "other")}
+    for m in modules.values():
+        for nk in m["not_killed"]:
+            if nk["name"] in verdicts:
+                counts[category(verdicts[nk["name"]])] += 1
+    total["verdicts"] = {c: n for c, n in counts.items() if n or c != "other"}
     path.write_text(json.dumps({"experiment": "mutation_score", "tool": tool, "score_rule":
                                 "killed (timeouts and crashes included) / (mutants - skipped)",
                                 "total": total, "modules": modules}, indent=1, ensure_ascii=False) + "\n")

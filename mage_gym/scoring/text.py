@@ -172,7 +172,7 @@ def read_number(text: Any) -> float | None:
     if isinstance(text, (int, float)):
         return float(text) if math.isfinite(text) else None
     s = drop_thousands_separators(str(text).strip().lower())
-    s = s.replace("\u2212", "-").strip(" .;:")
+    s = s.replace("\u2212", "-").strip(" ;:").rstrip(".")  # a stop after the number, not a leading point (".5")
     s = s.strip(_CURRENCY).strip()
     s = s.rstrip("%").strip()
     s = _UNIT_TAIL.sub("", s).strip()

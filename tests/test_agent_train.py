@@ -92,3 +92,22 @@ def test_the_dagger_students_transcripts(corpus, tmp_path):
     rows = [json.loads(x) for x in Path(tx["path"]).read_text().splitlines()]
     assert tx["privileged"] is False and rows and not any(r["privileged"] for r in rows)
     assert all(r["source"] == "ppo" and "The episode ended" in r["messages"][-1]["content"] for r in rows)
+
+
+def test_a_batch_without_reward_spread_is_dropped_before_any_pass() -> None:
+    """GRPO: a batch whose advantages are all zero never reaches TRL's loss (no forward, no backward) and gives
+    no parameter a gradient; a batch with spread does."""
+    import torch
+
+    from agent_helpers import train_llm_module
+
+    class Base:
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            return "computed"
+
+    trainer = train_llm_module()._skipping_zero_spread(Base)()
+    loss = trainer.compute_loss(None, {"advantages": torch.zeros(4)})
+    assert float(loss) == 0.0 and loss.requires_grad and loss.grad_fn is None  # connected to no parameter
+    assert trainer.dropped_batches == 1
+    assert trainer.compute_loss(None, {"advantages": torch.tensor([0.0, 0.5, -0.5, 0.0])}) == "computed"
+    assert trainer.dropped_batches == 1

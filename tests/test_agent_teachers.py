@@ -279,11 +279,14 @@ def test_agreement_and_the_controller_in_the_benchmark(corpus, tmp_path):
     common = [f"dataset.root={corpus}", "env.parser=fast", "retriever=bm25", "torch_threads=1", "logger=none"]
     _run(["experiments/export_transcripts.py", "dataset=synth", *common, "policy_name=oracle", "budget=tight",
           f"hydra.run.dir={tmp_path / 'tx'}"])
+    untrained = build_tiny_chat_model(tmp_path / "untrained")
     _run(["experiments/analysis/llm_agreement.py", "--model", str(model), "--transcripts",
           str(tmp_path / "tx" / "transcripts.jsonl"), "--limit", "2", "--max-turns", "2", "--max-new-tokens", "16",
-          "--out", str(tmp_path / "agree")])
-    res = json.loads((tmp_path / "agree" / "results.json").read_text())["models"][str(model)]
+          "--baseline", str(untrained), "--baseline-limit", "1", "--out", str(tmp_path / "agree")])
+    models = json.loads((tmp_path / "agree" / "results.json").read_text())["models"]
+    res, base = models[str(model)], models[str(untrained)]
     assert res["turns"] >= 2 and 0 <= res["exact"] <= res["tool"] <= 1
+    assert res["episodes"] == 2 and base["episodes"] == 1 and base["turns"] < res["turns"]
     out = tmp_path / "bench"
     _run(["experiments/benchmark.py", "dataset=synth", *common, "budget=tight", "dataset.limit=2",
           "policies=[topk_page,llm_controller]", f"policy.llm_controller.backend.model={model}",

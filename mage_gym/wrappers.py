@@ -36,8 +36,8 @@ class TransitionWrapper(gym.Wrapper, gym.utils.RecordConstructorArgs):
     def submit_round(self, decision: Any, raw: str | None = None) -> Step:
         return self.transition(*self.env.get_wrapper_attr("submit_round")(decision, raw=raw))
 
-    def operate(self, op: Any, node: Any = None, query: str | None = None) -> Step:
-        return self.transition(*self.env.get_wrapper_attr("operate")(op, node, query=query))
+    def operate(self, op: Any, node: Any = None, query: str | None = None, reason: str | None = None) -> Step:
+        return self.transition(*self.env.get_wrapper_attr("operate")(op, node, query=query, reason=reason))
 
     def transition(self, obs: Any, reward: SupportsFloat, terminated: bool, truncated: bool,
                    info: dict[str, Any]) -> Step:

@@ -134,6 +134,17 @@ def test_text_view_info_at_reset_and_every_move_but_the_last():
     assert done and "text_view" not in info
 
 
+def test_a_prunes_reason_passes_through_every_wrapper_to_the_trace(tmp_path):
+    """``operate(..., reason=)`` through TextViewInfo over TraceRecording reaches the base env (the chat's prune)."""
+    env = TextViewInfo(TraceRecording(base(), path=tmp_path / "t.jsonl"))
+    env.reset(seed=0, options={"episode_id": "elem"})
+    call(env, "submit_round", RoundDecision(activate=(1,)))
+    node = next(iter(call(env, "candidates")))
+    call(env, "operate", "PruneNode", node, reason="off topic")
+    ops = [r for r in env.get_wrapper_attr("trace").records if r.get("op") == "PruneNode"]
+    assert ops and ops[-1]["reason"] == "off topic"
+
+
 def test_shaping_needs_a_privileged_env():
     with pytest.raises(PrivilegedAccessError):
         PotentialShaping(base())

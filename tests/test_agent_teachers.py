@@ -270,6 +270,19 @@ def test_the_teacher_table_plays_each_teacher_both_ways(corpus, tmp_path):
     assert m["tokens_env"] > 0 and m["tokens_chat"] > 0 and "mean" in m["delta_tokens_chat_minus_env"]
 
 
+def test_the_agreement_interval_resamples_whole_episodes() -> None:
+    """Ten hits in one episode and ten misses in another: resampling episodes spans 0 to 1 (resampling the
+    twenty turns as if independent would give a narrow band around 0.5)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "analysis" / "llm_agreement.py"
+    spec = importlib.util.spec_from_file_location("llm_agreement_entry", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.episode_interval([[10, 10, 10], [0, 10, 10]], 0) == [0.0, 1.0]
+    assert module.episode_interval([[10, 10, 10], [0, 10, 10]], 1) == [1.0, 1.0]
+    assert module.episode_interval([], 0) is None
+
 @pytest.mark.slow
 def test_agreement_and_the_controller_in_the_benchmark(corpus, tmp_path):
     from agent_helpers import build_tiny_chat_model
@@ -287,6 +300,9 @@ def test_agreement_and_the_controller_in_the_benchmark(corpus, tmp_path):
     res, base = models[str(model)], models[str(untrained)]
     assert res["turns"] >= 2 and 0 <= res["exact"] <= res["tool"] <= 1
     assert res["episodes"] == 2 and base["episodes"] == 1 and base["turns"] < res["turns"]
+    assert [sum(e[2] for e in res["per_episode"]), len(base["per_episode"])] == [res["turns"], 1]
+    lo, hi = res["exact_interval"]
+    assert lo <= res["exact"] <= hi and res["tool_interval"][0] <= res["tool"] <= res["tool_interval"][1]
     out = tmp_path / "bench"
     _run(["experiments/benchmark.py", "dataset=synth", *common, "budget=tight", "dataset.limit=2",
           "policies=[topk_page,llm_controller]", f"policy.llm_controller.backend.model={model}",

@@ -14,7 +14,9 @@ student answers the conversation up to that turn (greedy,
 with the same arguments, ``tool`` the same tools in order. ``--baseline``
 measures a second model (e.g. the untrained ``smollm2``) on the same turns
 (``--baseline-limit``: of the first transcripts only; each model's row counts
-its own turns). Writes ``results.json``.
+its own turns). ``exact_interval`` and ``tool_interval`` are 95 % bootstrap
+intervals that resample whole transcripts (turns of one episode are not
+independent: one early miss changes the rest). Writes ``results.json``.
 """
 from __future__ import annotations
 
@@ -22,6 +24,20 @@ import argparse
 import json
 import time
 from pathlib import Path
+from typing import Sequence
+
+
+def episode_interval(per_episode: Sequence[Sequence[int]], column: int, n_boot: int = 2000,
+                     seed: int = 0) -> list[float] | None:
+    """95 % bootstrap interval of ``sum(hits) / sum(turns)`` resampling episodes (``[exact, tool, turns]`` rows)."""
+    import numpy as np
+
+    counts = np.asarray(per_episode, dtype=float).reshape(-1, 3)
+    if counts.shape[0] == 0 or counts[:, 2].sum() == 0:
+        return None
+    idx = np.random.default_rng(seed).integers(0, len(counts), size=(n_boot, len(counts)))
+    shares = counts[idx, column].sum(axis=1) / np.maximum(1.0, counts[idx, 2].sum(axis=1))
+    return [float(v) for v in np.percentile(shares, [2.5, 97.5])]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -57,6 +73,8 @@ def main(argv: list[str] | None = None) -> int:
         t0 = time.perf_counter()
         res = agreement(LocalChatModel(model, tok, max_new_tokens=args.max_new_tokens), subset, args.max_turns)
         res["seconds"] = time.perf_counter() - t0
+        res["exact_interval"] = episode_interval(res["per_episode"], 0)
+        res["tool_interval"] = episode_interval(res["per_episode"], 1)
         out["models"][name] = res
         print(json.dumps({name: res}, indent=1), flush=True)
     args.out.mkdir(parents=True, exist_ok=True)

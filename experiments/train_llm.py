@@ -330,6 +330,21 @@ def heldout_change(evals: list[Mapping[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def grpo_summary(curves: Mapping[str, list]) -> dict[str, Any]:
+    """What says whether GRPO could update: the share of groups whose rewards differed (a group without
+    spread has no advantage), the steps with any spread, and the KL and grad norm of those steps."""
+    spread = curves.get("env/groups_with_spread") or []
+    kl, grad = curves.get("kl") or [None] * len(spread), curves.get("grad_norm") or [None] * len(spread)
+    logged = [i for i, v in enumerate(spread) if v is not None]
+    moved = [i for i in logged if spread[i] > 0]
+    kls = [kl[i] for i in logged if kl[i] is not None]
+    grads = [grad[i] for i in moved if grad[i] is not None]
+    return {"steps_logged": len(logged),
+            "share_groups_with_spread": sum(spread[i] for i in logged) / len(logged) if logged else None,
+            "steps_with_spread": len(moved), "kl_last": kls[-1] if kls else None, "kl_max": max(kls, default=None),
+            "grad_norm_mean_with_spread": sum(grads) / len(grads) if grads else None}
+
+
 def curves(log_history: list[Mapping[str, Any]]) -> dict[str, list]:
     """Per-step values of :data:`CURVES` (None where a step did not log the key)."""
     steps = [h for h in log_history if "step" in h and any(k in h for k in CURVES)]
@@ -385,6 +400,8 @@ def main(cfg: DictConfig) -> None:
         "model_dir": str(out / "model") if c.get("save_model", True) else None,
     }
     results["heldout_change"] = heldout_change(results["heldout"])
+    if algo == "grpo":
+        results["grpo_summary"] = grpo_summary(results["curves"])
     (out / "results.json").write_text(json.dumps(results, indent=1, default=str))
     print(json.dumps({k: results[k] for k in ("algo", "model", "global_step", "train_s")}, indent=1))
     print(f"results: {out / 'results.json'}")

@@ -111,3 +111,15 @@ def test_a_batch_without_reward_spread_is_dropped_before_any_pass() -> None:
     assert trainer.dropped_batches == 1
     assert trainer.compute_loss(None, {"advantages": torch.tensor([0.0, 0.5, -0.5, 0.0])}) == "computed"
     assert trainer.dropped_batches == 1
+
+
+def test_the_grpo_summary_counts_groups_with_spread_and_the_updated_steps() -> None:
+    """The share of groups with spread averages the logged steps; grad norms count only steps that had spread."""
+    from agent_helpers import train_llm_module
+
+    curves = {"step": [1, 2, 3, 4], "env/groups_with_spread": [0.0, 0.5, None, 1.0],
+              "kl": [0.0, 0.01, None, 0.03], "grad_norm": [9.0, 0.2, None, 0.4]}
+    s = train_llm_module().grpo_summary(curves)
+    assert s["steps_logged"] == 3 and s["steps_with_spread"] == 2 and s["share_groups_with_spread"] == 0.5
+    assert s["kl_last"] == 0.03 and s["kl_max"] == 0.03 and abs(s["grad_norm_mean_with_spread"] - 0.3) < 1e-9
+    assert train_llm_module().grpo_summary({"step": []})["share_groups_with_spread"] is None

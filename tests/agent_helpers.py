@@ -134,3 +134,17 @@ def first_prompts(tok) -> list[str]:
         msgs = row["prompt"][:-1] + [{**row["prompt"][-1], "content": row["prompt"][-1]["content"] + opening}]
         out.append(tok.apply_chat_template(msgs, tools=tools, tokenize=False, add_generation_prompt=True))
     return out
+
+
+def train_llm_module() -> Any:
+    """experiments/train_llm.py imported as a module (its helpers are tested without running Hydra)."""
+    import importlib.util
+    import sys
+
+    if "train_llm_entry" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "experiments" / "train_llm.py"
+        spec = importlib.util.spec_from_file_location("train_llm_entry", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["train_llm_entry"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["train_llm_entry"]

@@ -170,6 +170,68 @@ def test_replies_reusing_the_conversations_cache_equal_fresh_ones(tmp_path: Path
     assert any(o["replies"] > 1 for o in outcomes[0])  # later turns did reuse a cached prefix
 
 
+def test_a_reply_inside_a_trainers_bf16_autocast_decodes_in_the_weights_dtype(tmp_path: Path) -> None:
+    """Generation leaves CPU autocast off (it recasts every weight on each decoding step): fp32 activations."""
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.agent.rollout import LocalChatModel
+
+    folder = build_tiny_chat_model(tmp_path / "m")
+    model, tok = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    seen: list[torch.dtype] = []
+    model.model.layers[0].mlp.down_proj.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
+    env = toy_chat_env()
+    messages, _ = env.reset(options={"task": str(env.task_id(env.episode_ids[0]))})
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        LocalChatModel(model, tok, max_new_tokens=3).reply(messages)
+    assert seen and set(seen) == {torch.float32}
+
+
+def test_the_fused_head_scores_only_labelled_positions_with_the_same_loss() -> None:
+    """After score_labelled_positions_only, TRL's fused LM head on a CPU projects only the rows that carry a
+    label (the others are never multiplied by the vocabulary), and the loss is the full head's."""
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    import torch
+    import trl.trainer.utils as trl_utils
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from agent_helpers import train_llm_module
+
+    entry = train_llm_module()
+    torch.manual_seed(0)
+    model = LlamaForCausalLM(LlamaConfig(vocab_size=300, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                         num_attention_heads=2, num_key_value_heads=2))
+    trl_utils.add_fused_lm_head(model, outputs=("log_probs", "entropy", "is_top1"))
+    ids = torch.randint(0, 300, (1, 40))
+    labels = torch.full_like(ids, -100)
+    labels[0, 30:36] = ids[0, 30:36]
+    original = trl_utils._use_triton
+    seen: list[int] = []
+    real_apply = trl_utils._ChunkedLogProbFunction.apply
+
+    def spy(hidden, *rest):
+        seen.append(hidden.shape[0])
+        return real_apply(hidden, *rest)
+
+    trl_utils._ChunkedLogProbFunction.apply = spy
+    try:
+        full = model(input_ids=ids, labels=labels, fused_lm_head=True).loss
+        entry.score_labelled_positions_only()
+        compact = model(input_ids=ids, labels=labels, fused_lm_head=True).loss
+    finally:
+        trl_utils._use_triton = original
+        trl_utils._ChunkedLogProbFunction.apply = real_apply
+    assert seen == [39, 6]  # every shifted position, then only the six labelled ones
+    assert torch.allclose(full, compact, atol=1e-5)
+
+
 # --- the guide's new entry points, at test scale --------------------------------------------------------------
 
 REPO = Path(__file__).resolve().parents[1]
@@ -208,6 +270,19 @@ def test_the_teacher_table_plays_each_teacher_both_ways(corpus, tmp_path):
     assert m["tokens_env"] > 0 and m["tokens_chat"] > 0 and "mean" in m["delta_tokens_chat_minus_env"]
 
 
+def test_the_agreement_interval_resamples_whole_episodes() -> None:
+    """Ten hits in one episode and ten misses in another: resampling episodes spans 0 to 1 (resampling the
+    twenty turns as if independent would give a narrow band around 0.5)."""
+    import importlib.util
+
+    path = Path(__file__).resolve().parents[1] / "experiments" / "analysis" / "llm_agreement.py"
+    spec = importlib.util.spec_from_file_location("llm_agreement_entry", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.episode_interval([[10, 10, 10], [0, 10, 10]], 0) == [0.0, 1.0]
+    assert module.episode_interval([[10, 10, 10], [0, 10, 10]], 1) == [1.0, 1.0]
+    assert module.episode_interval([], 0) is None
+
 @pytest.mark.slow
 def test_agreement_and_the_controller_in_the_benchmark(corpus, tmp_path):
     from agent_helpers import build_tiny_chat_model
@@ -217,11 +292,17 @@ def test_agreement_and_the_controller_in_the_benchmark(corpus, tmp_path):
     common = [f"dataset.root={corpus}", "env.parser=fast", "retriever=bm25", "torch_threads=1", "logger=none"]
     _run(["experiments/export_transcripts.py", "dataset=synth", *common, "policy_name=oracle", "budget=tight",
           f"hydra.run.dir={tmp_path / 'tx'}"])
+    untrained = build_tiny_chat_model(tmp_path / "untrained")
     _run(["experiments/analysis/llm_agreement.py", "--model", str(model), "--transcripts",
           str(tmp_path / "tx" / "transcripts.jsonl"), "--limit", "2", "--max-turns", "2", "--max-new-tokens", "16",
-          "--out", str(tmp_path / "agree")])
-    res = json.loads((tmp_path / "agree" / "results.json").read_text())["models"][str(model)]
+          "--baseline", str(untrained), "--baseline-limit", "1", "--out", str(tmp_path / "agree")])
+    models = json.loads((tmp_path / "agree" / "results.json").read_text())["models"]
+    res, base = models[str(model)], models[str(untrained)]
     assert res["turns"] >= 2 and 0 <= res["exact"] <= res["tool"] <= 1
+    assert res["episodes"] == 2 and base["episodes"] == 1 and base["turns"] < res["turns"]
+    assert [sum(e[2] for e in res["per_episode"]), len(base["per_episode"])] == [res["turns"], 1]
+    lo, hi = res["exact_interval"]
+    assert lo <= res["exact"] <= hi and res["tool_interval"][0] <= res["tool"] <= res["tool_interval"][1]
     out = tmp_path / "bench"
     _run(["experiments/benchmark.py", "dataset=synth", *common, "budget=tight", "dataset.limit=2",
           "policies=[topk_page,llm_controller]", f"policy.llm_controller.backend.model={model}",

@@ -92,3 +92,34 @@ def test_the_dagger_students_transcripts(corpus, tmp_path):
     rows = [json.loads(x) for x in Path(tx["path"]).read_text().splitlines()]
     assert tx["privileged"] is False and rows and not any(r["privileged"] for r in rows)
     assert all(r["source"] == "ppo" and "The episode ended" in r["messages"][-1]["content"] for r in rows)
+
+
+def test_a_batch_without_reward_spread_is_dropped_before_any_pass() -> None:
+    """GRPO: a batch whose advantages are all zero never reaches TRL's loss (no forward, no backward) and gives
+    no parameter a gradient; a batch with spread does."""
+    import torch
+
+    from agent_helpers import train_llm_module
+
+    class Base:
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            return "computed"
+
+    trainer = train_llm_module()._skipping_zero_spread(Base)()
+    loss = trainer.compute_loss(None, {"advantages": torch.zeros(4)})
+    assert float(loss) == 0.0 and loss.requires_grad and loss.grad_fn is None  # connected to no parameter
+    assert trainer.dropped_batches == 1
+    assert trainer.compute_loss(None, {"advantages": torch.tensor([0.0, 0.5, -0.5, 0.0])}) == "computed"
+    assert trainer.dropped_batches == 1
+
+
+def test_the_grpo_summary_counts_groups_with_spread_and_the_updated_steps() -> None:
+    """The share of groups with spread averages the logged steps; grad norms count only steps that had spread."""
+    from agent_helpers import train_llm_module
+
+    curves = {"step": [1, 2, 3, 4], "env/groups_with_spread": [0.0, 0.5, None, 1.0],
+              "kl": [0.0, 0.01, None, 0.03], "grad_norm": [9.0, 0.2, None, 0.4]}
+    s = train_llm_module().grpo_summary(curves)
+    assert s["steps_logged"] == 3 and s["steps_with_spread"] == 2 and s["share_groups_with_spread"] == 0.5
+    assert s["kl_last"] == 0.03 and s["kl_max"] == 0.03 and abs(s["grad_norm_mean_with_spread"] - 0.3) < 1e-9
+    assert train_llm_module().grpo_summary({"step": []})["share_groups_with_spread"] is None

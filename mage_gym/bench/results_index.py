@@ -200,9 +200,10 @@ def _base_budget(by_budget: Mapping[str, Sequence[Mapping[str, Any]]]) -> str:
     else the one most runs played."""
     from mage_gym.env.budget import Budget
 
+    default_k = Budget().k
     plain = [b for b, runs in by_budget.items() if _plain_topk(runs)]
     for budget in plain:
-        if any((run.get("budget") or {}).get("k") == Budget().k for run in by_budget[budget]):
+        if any((run.get("budget") or {}).get("k") == default_k for run in by_budget[budget]):
             return budget
     if plain:
         return plain[0]
@@ -355,7 +356,7 @@ def _headroom(results: Sequence[PublishedResult], link: Link) -> list[str]:
                                 budget_text(run.get("budget")), m.get("episodes")]
             for _, path in HEADROOM_COLUMNS:
                 value, _, chance = path.partition("|")
-                if _get(m, value) is None and _get(m, chance) is None:
+                if chance and _get(m, value) is None and _get(m, chance) is None:
                     cells.append("not run")  # e.g. headroom.py slot_reach.enabled=false
                     continue
                 cells.append(format_cell(_get(m, value)) + (f" ({format_cell(_get(m, chance))})" if chance else ""))

@@ -29,13 +29,27 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from mage_gym.agent.tasks import TaskId
+from mage_gym.agent.transcripts import read_jsonl
+from mage_gym.data.io import DatasetError, iter_jsonl
+
 
 def question_type(row: Mapping[str, Any], tags: Mapping[str, Sequence[str]]) -> str:
-    """The first generator tag of the row's question (task ids read ``<dataset>/<doc>/<episode>/<budget>/<seed>``)."""
-    parts = str(row["task"]).split("/")
-    if len(parts) < 3 or parts[2] not in tags:
+    """The first generator tag of the question the row's task id names."""
+    episode = TaskId.parse(row["task"]).episode_id
+    if episode not in tags:
         raise KeyError(f"transcript task {row['task']!r} names no question of the episodes file")
-    return (list(tags[parts[2]]) or ["untagged"])[0]
+    return (list(tags[episode]) or ["untagged"])[0]
+
+
+def episode_tags(path: Path) -> dict[str, list[str]]:
+    """``episode_id -> task_tags`` of an episodes.jsonl (a bad line is an error naming it)."""
+    tags = {}
+    for _, rec, err in iter_jsonl(path, "episode file"):
+        if err:
+            raise DatasetError(err)
+        tags[rec["episode_id"]] = rec.get("task_tags") or []
+    return tags
 
 
 def mix(rows: Sequence[Mapping[str, Any]], types: Sequence[str], shares: Mapping[str, float],
@@ -77,13 +91,8 @@ def main(argv: Sequence[str] | None = None) -> None:
             shares[name] = float(value)
         except ValueError:
             ap.error(f"--share wants TYPE=SHARE, got {s!r}")
-    tags = {}
-    with open(a.episodes) as f:
-        for line in f:
-            if line.strip():
-                e = json.loads(line)
-                tags[e["episode_id"]] = e.get("task_tags") or []
-    rows = [json.loads(line) for line in a.transcripts.read_text().splitlines() if line.strip()][a.skip:]
+    tags = episode_tags(a.episodes)
+    rows = read_jsonl(a.transcripts)[a.skip:]
     types = [question_type(r, tags) for r in rows]
     out = mix(rows, types, shares, seed=a.seed)
     a.out.parent.mkdir(parents=True, exist_ok=True)

@@ -59,7 +59,8 @@ def test_every_command_of_the_doc_is_one_the_tests_run():
     assert scripts == {"experiments/make_synth.py", "experiments/export_transcripts.py", "experiments/train_llm.py",
                        "experiments/analysis/plot_llm_training.py", "experiments/benchmark.py",
                        "experiments/teacher_table.py", "experiments/analysis/llm_agreement.py",
-                       "experiments/perf/perf_llm_loop.py", "experiments/perf/perf_service.py", "experiments/mix_transcripts.py",
+                       "experiments/perf/perf_llm_loop.py", "experiments/perf/perf_service.py",
+                       "experiments/mix_transcripts.py",
                        "mage_gym.agent.verifiers_env", "mage_gym.agent.server"}, scripts
     for path in re.findall(r"`((?:mage_gym|experiments|tests|docs)/[\w/.]+)`", DOC):
         assert (REPO / path).exists(), path

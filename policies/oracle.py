@@ -29,7 +29,10 @@ Greedy, one decision at a time (first rule that applies wins):
    and only drops non-gold nodes, but it takes that page's elements and
    neighbours out of the frontier, so nodes the cut hid move up: a
    low-relevance second hop linked from the first (a ``reference`` target
-   shares no words with the question) would otherwise never reach a slot;
+   shares no words with the question) would otherwise never reach a slot.
+   With ``make_room="stop"`` it stops there instead (a teacher for students:
+   which page "holds no gold" is the one thing about these prunes a student
+   cannot see, and a student copying them prunes the pages it needs);
 6. otherwise **stop**: no gold left in the slots.
 
 An item counts as covered by the env's own rule (:func:`mage_gym.coverage.cover`,
@@ -56,6 +59,10 @@ from policies.base import EnvBoundPolicy
 from policies.features import SlotView, action_of, op_mask, prune_to_make_room
 
 
+#: what the oracle does where it would prune a non-gold page to let hidden nodes up (rule 5)
+MAKE_ROOM = ("prune", "stop")
+
+
 class OraclePolicy(EnvBoundPolicy):
     """Greedy gold-aware controller over the env's candidate slots (see module docstring).
 
@@ -66,8 +73,12 @@ class OraclePolicy(EnvBoundPolicy):
     name = "oracle"
     privileged = True  # its results are upper bounds: never in a comparison unless asked for
 
-    def __init__(self, env: Any = None, render_mode: str | None = None, **kw: Any) -> None:
+    def __init__(self, env: Any = None, render_mode: str | None = None, make_room: str = "prune",
+                 **kw: Any) -> None:
         super().__init__(env=env, render_mode=render_mode, **kw)
+        if make_room not in MAKE_ROOM:
+            raise ValueError(f"make_room must be one of {MAKE_ROOM}, got {make_room!r}")
+        self.make_room = make_room
         self._view = None
         self._node_page: np.ndarray | None = None
         self._n_pages = 0
@@ -172,6 +183,8 @@ class OraclePolicy(EnvBoundPolicy):
             gold_pages = {int(p) for p in view.item_pages} | {int(p) for p in view.pages}
             prune = prune_to_make_room(v, mask, spage, gold_pages, K)
             if prune is not None:
+                if self.make_room == "stop":
+                    return "stops_instead_of_make_room", [0]
                 return "prunes_to_make_room", [prune]
         return "stops_no_gold_in_slots", [0]
 
@@ -184,7 +197,8 @@ class OraclePolicy(EnvBoundPolicy):
         replace rule 5: prune the least relevant non-gold page when the list
         was cut at its length (``listing_full``: hidden candidates move up),
         else ``"search"`` (the caller searches the question: the next pages by
-        relevance, as a student can). Returns a flat action or ``"search"``.
+        relevance, as a student can). With ``make_room="stop"`` it stops
+        wherever it would prune. Returns a flat action or ``"search"``.
         """
         rule, actions = self.choices(obs, mask)
         if rule != "stops_no_gold_in_slots":
@@ -198,6 +212,9 @@ class OraclePolicy(EnvBoundPolicy):
             spage = np.where(slots >= 0, self._node_page[np.clip(slots, 0, None)], -1)
             gold_pages = {int(p) for p in self._view.item_pages} | {int(p) for p in self._view.pages}
             prune = prune_to_make_room(v, mask, spage, gold_pages, v.K)
+            if prune is not None and self.make_room == "stop":
+                self.count("chat_stops_instead_of_make_room")
+                return 0
             if prune is not None:
                 self.count("chat_prunes_to_make_room")
                 return prune

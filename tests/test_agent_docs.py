@@ -60,7 +60,7 @@ def test_every_command_of_the_doc_is_one_the_tests_run():
                        "experiments/analysis/plot_llm_training.py", "experiments/benchmark.py",
                        "experiments/teacher_table.py", "experiments/analysis/llm_agreement.py",
                        "experiments/perf/perf_llm_loop.py", "experiments/perf/perf_service.py",
-                       "experiments/mix_transcripts.py",
+                       "experiments/mix_transcripts.py", "experiments/stop_for_prunes.py",
                        "mage_gym.agent.verifiers_env", "mage_gym.agent.server"}, scripts
     for path in re.findall(r"`((?:mage_gym|experiments|tests|docs)/[\w/.]+)`", DOC):
         assert (REPO / path).exists(), path

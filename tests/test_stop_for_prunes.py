@@ -15,18 +15,7 @@ from typing import Any
 import pytest
 
 from agent_helpers import toy_chat_env
-
-REPO = Path(__file__).resolve().parents[1]
-
-
-def _script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("stop_for_prunes", REPO / "experiments" / "stop_for_prunes.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
+import experiments.stop_for_prunes as mod
 
 def _record(make_room: str, K: int) -> list[dict[str, Any]]:
     """The oracle's transcripts of every toy task through a chat that lists one candidate (so it must make room)."""
@@ -53,7 +42,6 @@ def _without_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("K", [16, 64], ids=["slots_full_rule5", "list_full_chat"])
 def test_the_cut_equals_what_the_stop_variant_plays(K: int) -> None:
     """K=16: the oracle's slots fill, it makes room by its rule 5; K=64: only the chat's list is full."""
-    mod = _script()
     pruning, stopping = _record("prune", K), _record("stop", K)
     assert any("prune" in mod.call_names(m) for r in pruning for m in r["messages"]), "no prune to cut: a weak test"
     answer = mod.stop_answer(pruning + stopping)
@@ -84,7 +72,6 @@ STOP = "stop: stopped\n\nended"
 
 
 def test_a_row_is_cut_at_its_first_prune_and_keeps_everything_before() -> None:
-    mod = _script()
     row = _row(_call("activate", "c1", candidates=[1]), _result("activate", "c1", "ok"),
                _call("prune", "c2", ids=["p1"]), _result("prune", "c2", "pruned"),
                _call("activate", "c3", candidates=[2]), _result("activate", "c3", "ok"),
@@ -100,7 +87,6 @@ def test_a_row_is_cut_at_its_first_prune_and_keeps_everything_before() -> None:
 
 
 def test_the_script_refuses_other_teachers_and_mixed_stop_answers(tmp_path: Path) -> None:
-    mod = _script()
     src = tmp_path / "in.jsonl"
     src.write_text(json.dumps(_row(_call("stop", "c1"), _result("stop", "c1", STOP), source="ppo")) + "\n")
     with pytest.raises(SystemExit, match="only the oracle"):

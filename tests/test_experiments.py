@@ -159,13 +159,13 @@ def test_every_policy_composed_once_and_one_env_block() -> None:
     over = compose("main", "policy.heuristic.open_min_rel=0.5")
     assert over["policy"]["heuristic"]["open_min_rel"] == 0.5 and over["policy"]["llm_evaluator"]["limit"] == 3
 
+
 def test_llm_training_uses_every_core_while_the_rl_entry_points_keep_one_thread() -> None:
     """common.yaml's one thread suits PPO's tiny matrices; an LLM's matmuls need every core (a GRPO step
-    took 887 s on one thread against 235-320 s on two), so train_llm leaves torch its default."""
+    took 887 s on one thread against 181-471 s on two), so train_llm leaves torch its default."""
     assert compose("train")["torch_threads"] == 1 and compose("benchmark")["torch_threads"] == 1
     assert compose("train_llm")["torch_threads"] is None
     assert compose("train_llm", "torch_threads=2")["torch_threads"] == 2
-
 
 
 # --- benchmark and train in process -----------------------------------------------------------------------

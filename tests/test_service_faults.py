@@ -62,7 +62,10 @@ def test_a_client_gone_mid_episode_frees_its_slot_and_is_counted():
             ws.transport.abort()  # mid-step: the server's reply has nowhere to go
 
         asyncio.run(vanish())
-        m = until(lambda: (x := metrics(srv.base_url))["sessions"]["live"] == 0 and x)
+        # OpenEnv drops the session from its table before its close() runs on the session's thread, so wait
+        # for the close to be counted, not only for the slot to be free
+        m = until(lambda: (x := metrics(srv.base_url))["sessions"]["live"] == 0
+                  and "closed_mid_episode" in x["events"] and x)
         assert m and m["events"]["closed_mid_episode"] == 1
         assert call(srv.base_url, "/health")[1]["status"] == "healthy"
     finally:

@@ -66,6 +66,7 @@ def env_metrics(prompts: list, completions: list, environments: list | None = No
     log_metric("env/invalid_calls", sum(r["stats"]["invalid_calls"] for r in rows) / n)
     log_metric("env/tool_calls", sum(r["stats"]["tool_calls"] for r in rows) / n)
     log_metric("env/stopped_by_model", sum(r["stats"]["stopped"] for r in rows) / n)
+    log_metric("env/tokens_masked_after_end", sum(r["stats"].get("tokens_masked_after_end", 0.0) for r in rows) / n)
     log_metric("env/tokens_read", sum(float((r.get("metrics") or {}).get("tokens_rendered") or 0) for r in rows) / n)
     recalls = [(r.get("metrics") or {}).get("evidence_page_recall") for r in rows]  # a metric, never a reward
     recalls = [float(x) for x in recalls if x is not None]
@@ -177,7 +178,9 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
         gradient_checkpointing=bool(c.get("gradient_checkpointing", False)),
         dataloader_num_workers=0, reward_weights=[0.0], run_name=out.name)
     score_labelled_positions_only()
-    trainer_class = _skipping_zero_spread(GRPOTrainer) if g.get("drop_zero_spread", True) else GRPOTrainer
+    trainer_class = _masking_after_end(GRPOTrainer) if g.get("mask_after_end", True) else GRPOTrainer
+    trainer_class = _outcome_spread_only(trainer_class) if g.get("require_outcome_spread", False) else trainer_class
+    trainer_class = _skipping_zero_spread(trainer_class) if g.get("drop_zero_spread", True) else trainer_class
     trainer = trainer_class(model=model, processing_class=tokenizer, args=args, train_dataset=Dataset.from_list(rows),
                           reward_funcs=[env_metrics], environment_factory=environment_factory(episodes=episodes, **kw),
                           peft_config=_peft_config(c, model.config), callbacks=callbacks)
@@ -213,6 +216,91 @@ def _skipping_zero_spread(base: type) -> type:
             return super().compute_loss(model, inputs, return_outputs, num_items_in_batch)
 
     return SkippingZeroSpread
+
+
+def _masking_after_end(base: type) -> type:
+    """``base`` (TRL's GRPOTrainer) ending each rollout at its episode's end: no turn is generated after the
+    message that ended it, and any turn written after the end is taken out of the loss (TRL's tool mask).
+
+    Why: TRL 1.16's tool loop ends a rollout only when the model writes a
+    message without a call, so a model taught to end at its ``stop`` call
+    writes refused calls until ``max_tool_calling_iterations``. Those turns
+    change nothing in the episode, yet each costs a generation round over
+    the whole conversation and would carry the rollout's advantage
+    (measured in llm_grpo_smollm2_cpu: 1.9-3.0 refused calls per rollout;
+    with 10 rounds allowed, 7 of 9 rounds of a step were refused calls, 795 s).
+    Counted in ``env/tokens_masked_after_end`` (per rollout) and
+    ``turns_not_generated_after_end`` (results.json).
+    """
+
+    from mage_gym.agent.trl_env import episode_ended
+
+    class MaskingAfterEnd(base):  # type: ignore[misc, valid-type]
+        turns_not_generated = 0  # tool-loop turns not generated because their episode had ended
+
+        def _generate_single_turn(self, prompt_ids: list, images: Any, multimodal_fields: Any, num_generations: int,
+                                  has_tool_images: bool = False) -> Any:
+            """The tool loop's next turn for each rollout whose episode goes on; none for one that ended (TRL
+            then leaves it out of further rounds). Text rollouts only: with images the call goes through."""
+            ended = [num_generations == 1 and not images and not multimodal_fields
+                     and episode_ended(self.processing_class, ids) for ids in prompt_ids]
+            if not any(ended):
+                return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations,
+                                                     has_tool_images)
+            type(self).turns_not_generated += sum(ended)
+            live = [i for i, e in enumerate(ended) if not e]
+            ids: list = [[] for _ in prompt_ids]
+            logprobs: list = [[] for _ in prompt_ids]
+            if live:
+                got, got_logprobs = super()._generate_single_turn([prompt_ids[i] for i in live], images,
+                                                                  multimodal_fields, num_generations, has_tool_images)
+                for j, i in enumerate(live):
+                    ids[i] = got[j]
+                    logprobs[i] = got_logprobs[j] if got_logprobs is not None else []
+                if got_logprobs is None:
+                    return ids, None
+            return ids, logprobs
+
+        def _tool_call_loop(self, *args: Any, **kwargs: Any) -> Any:
+            out = super()._tool_call_loop(*args, **kwargs)
+            tool_mask, completions = out[0], out[1]
+            for i, env in enumerate(self.environments or []):
+                tool_mask[i] = env._mask_after_end(tool_mask[i], completions[i])
+            return out
+
+    return MaskingAfterEnd
+
+
+def _outcome_spread_only(base: type) -> type:
+    """``base`` (TRL's GRPOTrainer) learning only from groups whose outcome varies: a group whose rollouts all
+    reach the same answer support (the support term of the env's reward) gets zero advantages, even when their
+    rewards differ in cost and noise.
+
+    Why: measured in llm_grpo_smollm2_cpu, the SFT student's sampled
+    rollouts mostly find the same evidence, so a group's reward spread was
+    the cost of extra calls; standardised, that small spread became a
+    full-size "stop sooner" signal, and the student learned to stop at its
+    first reply. This is the issue's "keep tasks where the SFT model's
+    outcome varies", applied per group as it is sampled. Uses the env's own
+    reward terms, never the policy's input. One process: groups are blocks
+    of ``num_generations`` consecutive rollouts of the local batch. Logged as
+    ``env/groups_with_outcome_spread``.
+    """
+    from mage_gym.agent.trl_env import outcome_spread
+
+    class OutcomeSpreadOnly(base):  # type: ignore[misc, valid-type]
+        def _generate_and_score_completions(self, inputs: Any) -> Any:
+            out = super()._generate_and_score_completions(inputs)
+            envs, group = self.environments or [], int(self.num_generations)
+            if envs and len(envs) == len(out["advantages"]) and len(envs) % group == 0:
+                keep = outcome_spread(envs, group)
+                for g, kept in enumerate(keep):
+                    if not kept:
+                        out["advantages"][g * group:(g + 1) * group] = 0
+                self._metrics["train"]["env/groups_with_outcome_spread"].append(sum(keep) / len(keep))
+            return out
+
+    return OutcomeSpreadOnly
 
 
 def _bf16(c: Mapping[str, Any]) -> bool:
@@ -395,6 +483,7 @@ def main(cfg: DictConfig) -> None:
         "resumed_from_step": start_step,
         "seconds_per_step": train_s / max(1, int(trainer.state.global_step) - start_step),
         "dropped_batches": getattr(trainer, "dropped_batches", None),
+        "turns_not_generated_after_end": getattr(trainer, "turns_not_generated", None),
         "heldout": [h for h in history if "heldout/reward" in h],
         "lora": section(c, "lora"), "dtype": c.get("dtype"), "autocast": c.get("autocast"),
         "model_dir": str(out / "model") if c.get("save_model", True) else None,

@@ -19,7 +19,9 @@ from mage_gym.agent.tasks import task_rows  # noqa: E402
 from mage_gym.agent.tools import TOOLS, TOOLS_BY_NAME  # noqa: E402
 from mage_gym.agent.prompts import user_intro  # noqa: E402
 from mage_gym.agent.chat_env import text_of  # noqa: E402
-from mage_gym.agent.trl_env import MageToolEnv, environment_factory  # noqa: E402
+from mage_gym.agent.trl_env import (  # noqa: E402
+    MageToolEnv, environment_factory, episode_ended, mask_turns_after,
+)
 from mage_gym.bench.synthetic import hash_query_fn  # noqa: E402
 from mage_gym.testing import toy_episodes  # noqa: E402
 
@@ -103,7 +105,7 @@ def test_tool_env_runs_calls_as_trl_does_and_owns_the_reward():
     ra, rb = a.get_reward(), b.get_reward()  # b never stopped: stopped for it, truncated
     assert a.get_reward() == ra and b._episode_info()["stop_reason"] == "rollout_end"
     assert a._episode_info()["stats"] == {"tool_calls": 4.0, "format_errors": 0.0, "invalid_calls": 3.0,
-                                          "stopped": 1.0}
+                                          "stopped": 1.0, "tokens_masked_after_end": 0.0}
     assert isinstance(rb, float)
 
 
@@ -173,10 +175,86 @@ def test_tool_env_counts_what_each_call_did_and_refuses_calls_outside_an_episode
     assert "toy:p0: pruned" in env.prune(ids=["toy:p0"], reason="not needed")
     assert "refused" in env.search(query="")  # invalid
     assert env._episode_info()["stats"] == {"tool_calls": 5.0, "format_errors": 1.0, "invalid_calls": 2.0,
-                                            "stopped": 0.0}
+                                            "stopped": 0.0, "tokens_masked_after_end": 0.0}
     env.reset(**row)
     assert env._episode_info()["stats"] == {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0,
-                                            "stopped": 0.0}
+                                            "stopped": 0.0, "tokens_masked_after_end": 0.0}
+
+
+def _assistant(name: str) -> dict:
+    return {"role": "assistant", "content": "", "tool_calls": [{"type": "function",
+                                                                "function": {"name": name, "arguments": {}}}]}
+
+
+def test_turns_written_after_stop_leave_the_loss_and_the_turns_before_it_stay():
+    """A rollout as TRL keeps it: activate, stop, then two refused calls and a closing message. Only the turns
+    after the stop turn are masked, in TRL's tool mask (1: generated, 0: tool result)."""
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25")
+    env = factory()
+    env.reset(**task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0])
+    results = [env.activate(candidates=[1]), env.stop(), env.activate(candidates=[2]), env.stop()]
+    assert "episode is over" in results[2] and "episode is over" in results[3]
+    chars = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "".join(map(chr, ids)))
+    assert [episode_ended(chars, [ord(ch) for ch in text + "<|im_end|>"]) for text in results] == \
+        [False, True, False, False]  # only the message that ended the episode says so
+    completion = []
+    for name, result in zip(["activate", "stop", "activate", "stop"], results):
+        completion += [_assistant(name), {"role": "tool", "name": name, "content": result}]
+    completion.append({"role": "assistant", "content": "done"})
+    mask = [1] * 3 + [0] * 4 + [1] * 2 + [0] * 5 + [1] * 3 + [0] * 2 + [1] * 2 + [0] * 2 + [1] * 1
+    masked = env._mask_after_end(mask, completion)
+    assert masked == [1] * 3 + [0] * 4 + [1] * 2 + [0] * 5 + [0] * 3 + [0] * 2 + [0] * 2 + [0] * 2 + [0] * 1
+    assert env._episode_info()["stats"]["tokens_masked_after_end"] == 6.0
+
+    env.reset(**task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0])
+    live = [_assistant("activate"), {"role": "tool", "name": "activate", "content": env.activate(candidates=[1])}]
+    assert env._mask_after_end([1, 1, 0, 0, 1], live) == [1, 1, 0, 0, 1]  # the episode never ended: unchanged
+    assert env._episode_info()["stats"]["tokens_masked_after_end"] == 0.0
+
+
+def test_the_grpo_trainer_generates_no_turn_after_a_rollouts_episode_ended():
+    """In TRL's tool loop (one generation per rollout) a rollout whose conversation ends with the episode's
+    ending gets an empty turn without reaching the model; the others are generated as before, in order."""
+    from agent_helpers import train_llm_module
+
+    seen = []
+
+    class Base:
+        processing_class = SimpleNamespace(decode=lambda ids, skip_special_tokens=True: "".join(map(chr, ids)))
+
+        def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+            seen.append(list(prompt_ids))
+            return [[len(ids)] for ids in prompt_ids], None
+
+    trainer = train_llm_module()._masking_after_end(Base)()
+    text = [[ord(ch) for ch in t] for t in ["a: activated", "stop: done\n\nThe episode ended (stop); ...", "b: ok"]]
+    ids, logprobs = trainer._generate_single_turn(text, None, {}, 1)
+    assert ids == [[len(text[0])], [], [len(text[2])]] and logprobs is None
+    assert seen == [[text[0], text[2]]] and type(trainer).turns_not_generated == 1
+    ids, _ = trainer._generate_single_turn([text[1]], None, {}, 1)
+    assert ids == [[]] and len(seen) == 1  # every rollout ended: the model is not called
+    ids, _ = trainer._generate_single_turn([text[1]], None, {}, 4)  # the first turn of a group: always generated
+    assert ids == [[len(text[1])]] and len(seen) == 2
+
+
+def test_the_grpo_trainer_masks_each_rollout_with_its_own_environment():
+    from agent_helpers import train_llm_module
+
+    class Env:
+        def __init__(self, turns):
+            self.turns = turns
+
+        def _mask_after_end(self, mask, completion):
+            return mask_turns_after(mask, self.turns)[0]
+
+    class Base:
+        def _tool_call_loop(self, *args, **kwargs):
+            return [[1, 0, 1, 0, 1], [1, 1, 0, 1]], [[], []], "ids", None, 0, 0, []
+
+    trainer = train_llm_module()._masking_after_end(Base)()
+    trainer.environments = [Env(1), Env(5)]
+    out = trainer._tool_call_loop()
+    assert out[0] == [[1, 0, 0, 0, 0], [1, 1, 0, 1]] and out[2] == "ids"
 
 
 def test_environment_factory_passes_provider_settings_and_labels_the_dataset():
@@ -217,7 +295,7 @@ def test_the_rollout_reward_is_the_sum_of_what_the_env_paid_and_a_rollout_ends_o
     assert env.get_reward() == pytest.approx(0.25 + 0.25 + 0.5) and env.get_reward() == pytest.approx(1.0)
     assert chat.finished == 1 and env._episode_info()["stop_reason"] == "rollout_end"
     assert env._episode_info()["stats"] == {"tool_calls": 2.0, "format_errors": 0.0, "invalid_calls": 0.0,
-                                            "stopped": 0.0}
+                                            "stopped": 0.0, "tokens_masked_after_end": 0.0}
     env.reset(task="t")
     env.search(query="q")
     env.stop()
@@ -266,3 +344,31 @@ def test_tool_env_numbers_its_calls_from_one_in_each_episode():
     assert chat.calls == [{"id": "call_1", "name": "activate", "arguments": {"candidates": [1]}},
                           {"id": "call_2", "name": "search", "arguments": {"query": "q"}},
                           {"id": "call_1", "name": "stop", "arguments": {}}]
+
+
+def test_only_groups_whose_answer_support_differs_keep_their_advantages():
+    """A group whose rollouts differ only in cost (the same support) learns nothing under
+    grpo.require_outcome_spread; a group whose support differs keeps TRL's advantages as they were."""
+    import torch
+
+    from agent_helpers import train_llm_module
+    from mage_gym.agent.trl_env import outcome_spread
+
+    def env(support, reward):
+        return SimpleNamespace(_info={"reward_components": {"support": support, "reward": reward}})
+
+    envs = [env(0.5, 0.30), env(0.5, 0.25), env(1.0, 0.60), env(0.5, 0.28)]
+    assert outcome_spread(envs, 2) == [False, True] and outcome_spread(envs, 4) == [True]
+
+    class Base:
+        num_generations = 2
+        _metrics = {"train": {"env/groups_with_outcome_spread": []}}
+
+        def _generate_and_score_completions(self, inputs):
+            return {"advantages": torch.tensor([0.7, -0.7, 0.9, -0.9])}
+
+    trainer = train_llm_module()._outcome_spread_only(Base)()
+    trainer.environments = envs
+    out = trainer._generate_and_score_completions(None)
+    assert out["advantages"].tolist() == pytest.approx([0.0, 0.0, 0.9, -0.9])
+    assert trainer._metrics["train"]["env/groups_with_outcome_spread"] == [0.5]

@@ -83,7 +83,7 @@ from mage_gym.agent.view import ChatView, ViewSnapshot, budget_numbers, parse_te
 from mage_gym.env.budget import Budget
 from mage_gym.env.episodes import SealedSpec, as_provider, choose_episode_id
 
-__all__ = ["CHAT_ENV_ID", "CallResult", "MageChatEnv", "fingerprint", "make_chat_env", "text_of", "to_openai_messages"]
+__all__ = ["CHAT_ENV_ID", "CallResult", "EPISODE_ENDED", "MageChatEnv", "episode_ended_text", "fingerprint", "make_chat_env", "text_of", "to_openai_messages"]
 FEEDBACK_ROLES = ("auto", "tool", "user")
 
 
@@ -102,6 +102,16 @@ class CallResult:
     text: str
     format_error: bool = False
     invalid: bool = False
+
+
+#: How the message that ends an episode opens: every ending (stop, the step cap, a trainer's finish) says it, and
+#: no other message does. A trainer reads it to end a rollout at its episode's end (experiments/train_llm.py).
+EPISODE_ENDED = "The episode ended ("
+
+
+def episode_ended_text(reason: str) -> str:
+    """The state line of the message that ends an episode."""
+    return f"{EPISODE_ENDED}{reason}); the reader reads the evidence."
 
 
 class MageChatEnv(gym.Env):
@@ -313,8 +323,7 @@ class MageChatEnv(gym.Env):
                                 "invalid_calls": 0, "errors": []}
         info.update(self._process(None))
         info.update({k: v for k, v in ended.items() if not k.startswith("_")})
-        text = f"The episode ended ({reason}); the reader reads the evidence."
-        return [{"role": "user", "content": text}], float(reward), False, True, info
+        return [{"role": "user", "content": episode_ended_text(reason)}], float(reward), False, True, info
 
     def close(self) -> None:
         if self._owns_inners:
@@ -438,7 +447,7 @@ class MageChatEnv(gym.Env):
     def _feedback(self, parsed: ParsedMessage, results: Sequence[CallResult], snap: ViewSnapshot | None,
                   ended: Mapping[str, Any] | None) -> list[dict[str, Any]]:
         if ended is not None:
-            state = f"The episode ended ({ended.get('stop_reason', 'stop')}); the reader reads the evidence."
+            state = episode_ended_text(str(ended.get("stop_reason", "stop")))
         else:
             assert snap is not None
             state = self.view.update(snap)

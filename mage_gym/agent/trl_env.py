@@ -19,6 +19,16 @@ that ends without ``stop`` (the model wrote no more calls, or hit
 ``max_completion_length``) is stopped by ``get_reward``: the reader reads
 what was gathered, and the episode counts as truncated.
 
+TRL's loop ends a rollout only when the model writes a message without a
+call, so a model that called ``stop`` may go on writing calls until
+``max_tool_calling_iterations``; each is refused ("the episode is over").
+The training script ends a rollout at its episode's end instead
+(:func:`episode_ended`: no turn is generated after the message that ended
+it), and :meth:`MageToolEnv._mask_after_end` takes any turn written after
+the end out of the loss (TRL's tool mask): such turns change nothing in the
+episode, so the reward says nothing about them, yet they would carry the
+rollout's advantage and cost a generation round each.
+
 With ``vision=True`` a tool result (and the reset's opening state) is TRL's
 multimodal content: the text, then the images of newly held pages and opened
 visual elements (TRL 1.16 passes them to a vision-language model with the
@@ -28,9 +38,9 @@ Only public methods may be tools, so everything else here is private.
 """
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence
 
-from mage_gym.agent.chat_env import MageChatEnv, text_of
+from mage_gym.agent.chat_env import EPISODE_ENDED, MageChatEnv, text_of
 from mage_gym.agent.prompts import user_intro
 
 
@@ -40,6 +50,7 @@ class MageToolEnv:
     def __init__(self, make_env: Callable[[], MageChatEnv]) -> None:
         self._env = make_env()
         self._done = True  # no episode yet: a call is refused (counted) until reset
+        self._ending_result: Any = None  # what the call that ended the episode returned (its tool message)
         self._reward = 0.0
         self._info: dict[str, Any] = {}
         self._stats: dict[str, float] = self._new_stats()
@@ -47,7 +58,8 @@ class MageToolEnv:
 
     @staticmethod
     def _new_stats() -> dict[str, float]:
-        return {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0, "stopped": 0.0}
+        return {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0, "stopped": 0.0,
+                "tokens_masked_after_end": 0.0}
 
     def reset(self, **row: Any) -> str:
         """Start the row's task (its ``task`` column); returns the opening state for the prompt."""
@@ -56,6 +68,7 @@ class MageToolEnv:
             raise KeyError("the dataset row has no 'task' column (build it with mage_gym.agent.task_dataset)")
         messages, info = self._env.reset(options={"task": task})
         self._done, self._reward, self._info = False, 0.0, dict(info)
+        self._ending_result = None
         self._stats = self._new_stats()
         self._calls = 0
         user = [m for m in messages if m["role"] == "user"]
@@ -79,10 +92,12 @@ class MageToolEnv:
         self._stats["tool_calls"] += 1
         self._stats["format_errors"] += info.get("format_errors", 0)
         self._stats["invalid_calls"] += info.get("invalid_calls", 0)
+        result = _with_images(text_of(messages), messages)
         if terminated or truncated:
             self._done = True
             self._stats["stopped"] = float(name == "stop")
-        return _with_images(text_of(messages), messages)
+            self._ending_result = result
+        return result
 
     def activate(self, candidates: list[int]):
         """Add candidates to the evidence by their number n; an element brings its page. Budget per round.
@@ -134,6 +149,65 @@ class MageToolEnv:
 
     def _episode_info(self) -> dict[str, Any]:
         return {**self._info, "stats": dict(self._stats)}
+
+    def _mask_after_end(self, tool_mask: list[int], completion: Sequence[Mapping[str, Any]]) -> list[int]:
+        """TRL's tool mask of this rollout's completion (1 on generated tokens, 0 on tool results) with the
+        turns written after the episode ended set to 0, counted in the stats.
+
+        ``completion`` is the rollout's messages as TRL keeps them (assistant
+        turns and tool results, in order). A rollout whose episode a tool call
+        did not end (no stop, budget left) is returned unchanged.
+        """
+        turns = turns_while_playing(completion, self._ending_result) if self._ending_result is not None else None
+        if turns is None:
+            return list(tool_mask)
+        masked, count = mask_turns_after(tool_mask, turns)
+        self._stats["tokens_masked_after_end"] = float(count)
+        return masked
+
+
+def outcome_spread(envs: Sequence[MageToolEnv], group_size: int) -> list[bool]:
+    """Per group of ``group_size`` consecutive rollouts (GRPO's groups, in batch order): whether their answer
+    support (the support term of the env's terminal reward) differs. A group whose rewards differ only in cost
+    and noise has the same outcome everywhere."""
+    support = [float((env._info.get("reward_components") or {}).get("support", 0.0)) for env in envs]
+    return [max(block) - min(block) > 1e-9
+            for block in (support[i:i + group_size] for i in range(0, len(support), group_size))]
+
+
+def turns_while_playing(completion: Sequence[Mapping[str, Any]], ending_result: Any) -> int | None:
+    """How many assistant turns of ``completion`` came before the tool result ``ending_result`` (the one whose
+    call ended the episode, that turn included); None when no tool message carries it."""
+    turns = 0
+    for message in completion:
+        if message.get("role") == "assistant":
+            turns += 1
+        elif message.get("role") == "tool" and message.get("content") == ending_result:
+            return turns
+    return None
+
+
+def episode_ended(tokenizer: Any, ids: Sequence[int], tail: int = 128) -> bool:
+    """Whether the token ids of a rollout so far end after the message that ended its episode (its last
+    ``tail`` tokens hold :data:`~mage_gym.agent.chat_env.EPISODE_ENDED`, which only an ending says)."""
+    return EPISODE_ENDED in tokenizer.decode(list(ids[-tail:]), skip_special_tokens=True)
+
+
+def mask_turns_after(tool_mask: Sequence[int], turns: int) -> tuple[list[int], int]:
+    """``tool_mask`` with every generated run (a stretch of 1s: one assistant turn) after the first ``turns``
+    set to 0, and how many tokens that masked. TRL builds the mask as the first turn's tokens, then per tool
+    round ``[0] * result + [1] * next turn``, so the n-th run of 1s is the n-th assistant turn."""
+    out, run, count, previous = [], 0, 0, 0
+    for value in tool_mask:
+        if value and not previous:
+            run += 1
+        if value and run > turns:
+            out.append(0)
+            count += 1
+        else:
+            out.append(int(value))
+        previous = value
+    return out, count
 
 
 def _with_images(text: str, messages: Any) -> str | list[dict[str, Any]]:

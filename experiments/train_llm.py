@@ -250,15 +250,15 @@ def _masking_after_end(base: type) -> type:
             type(self).turns_not_generated += sum(ended)
             live = [i for i, e in enumerate(ended) if not e]
             ids: list = [[] for _ in prompt_ids]
-            logprobs: list = [[] for _ in prompt_ids]
+            logprobs: list | None = [[] for _ in prompt_ids]  # empty lists suit both TRL paths when none is live
             if live:
                 got, got_logprobs = super()._generate_single_turn([prompt_ids[i] for i in live], images,
                                                                   multimodal_fields, num_generations, has_tool_images)
                 for j, i in enumerate(live):
                     ids[i] = got[j]
-                    logprobs[i] = got_logprobs[j] if got_logprobs is not None else []
-                if got_logprobs is None:
-                    return ids, None
+                    if got_logprobs is not None:
+                        logprobs[i] = got_logprobs[j]
+                logprobs = logprobs if got_logprobs is not None else None
             return ids, logprobs
 
         def _tool_call_loop(self, *args: Any, **kwargs: Any) -> Any:

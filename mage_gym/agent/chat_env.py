@@ -83,7 +83,8 @@ from mage_gym.agent.view import ChatView, ViewSnapshot, budget_numbers, parse_te
 from mage_gym.env.budget import Budget
 from mage_gym.env.episodes import SealedSpec, as_provider, choose_episode_id
 
-__all__ = ["CHAT_ENV_ID", "CallResult", "EPISODE_ENDED", "MageChatEnv", "episode_ended_text", "fingerprint", "make_chat_env", "text_of", "to_openai_messages"]
+__all__ = ["CHAT_ENV_ID", "CallResult", "EPISODE_ENDED", "MageChatEnv", "episode_ended_text", "fingerprint",
+           "make_chat_env", "text_of", "to_openai_messages"]
 FEEDBACK_ROLES = ("auto", "tool", "user")
 
 

@@ -26,13 +26,15 @@ add ``device=cuda dtype=bfloat16 grpo.use_vllm=true``: not measured here).
 ``logger=wandb`` (default) logs offline unless ``WANDB_MODE`` says otherwise.
 
 Writes into the Hydra run directory: ``model/`` (weights + tokenizer),
-``results.json`` (settings, per-step curves, seconds), TRL's ``trainer/``.
+``results.json`` (settings, per-step curves, seconds), ``rollouts.jsonl`` (GRPO: one line per rollout,
+:func:`rollout_record`), TRL's ``trainer/``.
 """
 from __future__ import annotations
 
 import json
 import os
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -52,15 +54,35 @@ CURVES = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "rewards
           "heldout/reward", "heldout/recall", "heldout/tokens", "heldout/format_errors", "heldout/stopped")
 
 
+def rollout_record(info: Mapping[str, Any], reward: float, step: int | None) -> dict[str, Any]:
+    """One line of the per-rollout log: which task, what the rollout called, what it found and earned.
+
+    Why: the per-step means cannot say whether short rollouts come from the
+    tasks drawn or from the sampler; this log pairs each rollout with its task.
+    """
+    metrics, stats = info.get("metrics") or {}, info.get("stats") or {}
+    return {"step": step, "task": info.get("task"), "reward": round(float(reward), 6),
+            "support": (info.get("reward_components") or {}).get("support"),
+            "recall": metrics.get("evidence_page_recall"), "tokens": metrics.get("tokens_rendered"),
+            "tool_calls": stats.get("tool_calls"), "stopped": stats.get("stopped"),
+            "format_errors": stats.get("format_errors"), "called": info.get("called", [])}
+
+
 def env_metrics(prompts: list, completions: list, environments: list | None = None, log_metric: Any = None,
-                **kwargs: Any) -> list[None]:
-    """A reward function that adds nothing to the reward: it logs what the env saw in this batch of rollouts."""
+                rollout_log: str | None = None, trainer_state: Any = None, **kwargs: Any) -> list[None]:
+    """A reward function that adds nothing to the reward: it logs what the env saw in this batch of rollouts,
+    and with ``rollout_log`` (a path) appends one :func:`rollout_record` line per rollout there."""
     if not environments or log_metric is None:
         return [None] * len(prompts)
     rows = []
     for env in environments:
         env.get_reward()  # finishes a rollout that never called stop (idempotent)
         rows.append(env._episode_info())
+    if rollout_log:
+        step = None if trainer_state is None else int(trainer_state.global_step) + 1  # the step these rollouts train
+        with open(rollout_log, "a") as f:
+            for r, env in zip(rows, environments):
+                f.write(json.dumps(rollout_record(r, env.get_reward(), step), default=str) + "\n")
     n = len(rows)
     log_metric("env/format_errors", sum(r["stats"]["format_errors"] for r in rows) / n)
     log_metric("env/invalid_calls", sum(r["stats"]["invalid_calls"] for r in rows) / n)
@@ -182,7 +204,8 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     trainer_class = _outcome_spread_only(trainer_class) if g.get("require_outcome_spread", False) else trainer_class
     trainer_class = _skipping_zero_spread(trainer_class) if g.get("drop_zero_spread", True) else trainer_class
     trainer = trainer_class(model=model, processing_class=tokenizer, args=args, train_dataset=Dataset.from_list(rows),
-                          reward_funcs=[env_metrics], environment_factory=environment_factory(episodes=episodes, **kw),
+                          reward_funcs=[partial(env_metrics, rollout_log=str(out / "rollouts.jsonl"))],
+                          environment_factory=environment_factory(episodes=episodes, **kw),
                           peft_config=_peft_config(c, model.config), callbacks=callbacks)
     if heldout is not None:
         heldout.trainer = trainer

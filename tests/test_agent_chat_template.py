@@ -153,6 +153,38 @@ def test_the_reward_a_trl_rollout_reports_is_the_envs_terminal_reward():
     assert len(set(rewards)) > 1 and all(r != 0.0 for r in rewards)  # the rollouts differ; nothing is a stub 0
 
 
+def test_env_metrics_writes_one_line_per_rollout_with_its_task_calls_and_outcome(tmp_path):
+    """The per-rollout log pairs each rollout with its task, the tools it called, its support and reward."""
+    import json
+
+    from agent_helpers import train_llm_module
+
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25",
+                                  max_candidates=16)
+    rows = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)
+    envs = []
+    for row, calls in zip(rows, ROLLOUTS):
+        env = factory()
+        env.reset(**row)
+        for name, args in calls:
+            getattr(env, name)(**args)
+        envs.append(env)
+    log, logged = tmp_path / "rollouts.jsonl", {}
+    for _ in range(2):  # appended, batch after batch
+        train_llm_module().env_metrics([None] * len(envs), [None] * len(envs), environments=envs,
+                                       log_metric=logged.__setitem__, rollout_log=str(log),
+                                       trainer_state=SimpleNamespace(global_step=4))
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    assert len(lines) == 2 * len(envs) and {line["step"] for line in lines} == {5}
+    for line, row, calls, env in zip(lines, rows, ROLLOUTS, envs):
+        assert line["task"] == row["task"] and line["called"] == [name for name, _ in calls]
+        assert line["reward"] == pytest.approx(env.get_reward(), abs=1e-6)
+        assert line["support"] == env._episode_info()["reward_components"]["support"]
+        assert line["tool_calls"] == env._episode_info()["stats"]["tool_calls"]
+    assert [line["stopped"] for line in lines[:len(envs)]] == [1.0, 1.0, 0.0, 0.0]
+    assert logged["env/tool_calls"] == pytest.approx(sum(line["tool_calls"] for line in lines[:4]) / 4)
+
+
 def test_tool_env_counts_what_each_call_did_and_refuses_calls_outside_an_episode():
     factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25")
     env = factory()

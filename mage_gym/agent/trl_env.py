@@ -55,6 +55,7 @@ class MageToolEnv:
         self._info: dict[str, Any] = {}
         self._stats: dict[str, float] = self._new_stats()
         self._calls = 0
+        self._called: list[str] = []  # the tools this rollout called, in order (the per-rollout log reads it)
 
     @staticmethod
     def _new_stats() -> dict[str, float]:
@@ -71,6 +72,7 @@ class MageToolEnv:
         self._ending_result = None
         self._stats = self._new_stats()
         self._calls = 0
+        self._called = []
         user = [m for m in messages if m["role"] == "user"]
         text = text_of(user)
         intro = user_intro(self._env.view.question)  # the row's prompt already opens with it (task_rows)
@@ -79,6 +81,7 @@ class MageToolEnv:
         return _with_images("\n\n" + text, user)
 
     def _call(self, name: str, arguments: Mapping[str, Any]) -> str:
+        self._called.append(name)
         if self._done:
             self._stats["invalid_calls"] += 1
             return f"{name}: not run: the episode is over"
@@ -148,7 +151,7 @@ class MageToolEnv:
     # --- read by the training script's callbacks (not tools: private names) ------------------------
 
     def _episode_info(self) -> dict[str, Any]:
-        return {**self._info, "stats": dict(self._stats)}
+        return {**self._info, "stats": dict(self._stats), "called": list(self._called)}
 
     def _mask_after_end(self, tool_mask: list[int], completion: Sequence[Mapping[str, Any]]) -> list[int]:
         """TRL's tool mask of this rollout's completion (1 on generated tokens, 0 on tool results) with the

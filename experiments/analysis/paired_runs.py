@@ -1,0 +1,93 @@
+"""One policy in two benchmark runs on the same episodes: the per-question change, with 95 % intervals.
+
+Why: a trained controller is judged against the model it started from (GRPO
+against its SFT start), and the benchmark registers one ``llm_controller``
+per run, so the two models play in two run folders. This script pairs their
+``episodes.jsonl`` rows by episode and budget (failed rows dropped on both
+sides) and reports ``new - base`` for reward, page recall (questions with
+gold only) and tokens read, each as :func:`mage_gym.bench.equal_cost.paired_delta`
+(mean, 95 % bootstrap interval over questions), plus how many questions'
+recall went up, down or stayed. Both runs must hold the same episodes: an
+episode only one run played is an error, not a silent drop::
+
+    .venv/bin/python -m experiments.analysis.paired_runs --policy llm_controller \\
+        --base outputs/benchmark/<sft run> --new outputs/benchmark/<grpo run> --out outputs/paired/grpo_vs_sft
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+from mage_gym.bench.equal_cost import paired_delta
+from mage_gym.bench.results import budget_label, write_json
+
+#: (name in the output, episodes.jsonl metric, questions with gold only)
+MEASURES = (("reward", None, False), ("page_recall", "evidence_page_recall", True),
+            ("tokens", "tokens_rendered", False))
+
+
+def policy_rows(run: Path, policy: str) -> dict[tuple[str, str], dict[str, Any]]:
+    """``(episode_id, budget label) -> row`` of ``policy``'s successful episodes in ``run``."""
+    path = Path(run) / "episodes.jsonl"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found: pass a benchmark run directory")
+    rows = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path}:{n}: not JSON ({err})") from None
+        if row.get("policy") == policy and not row.get("failed"):
+            rows[(str(row["episode_id"]), budget_label(row["budget"]))] = row
+    if not rows:
+        raise ValueError(f"{path}: no successful episodes of policy {policy!r}")
+    return rows
+
+
+def value(row: Mapping[str, Any], metric: str | None) -> float | None:
+    got = row.get("reward") if metric is None else (row.get("metrics") or {}).get(metric)
+    return None if got is None else float(got)
+
+
+def compare(base: Mapping[tuple, Mapping[str, Any]], new: Mapping[tuple, Mapping[str, Any]]) -> dict[str, Any]:
+    """``new - base`` per measure over the episodes both hold (they must hold the same ones)."""
+    if set(base) != set(new):
+        only = sorted(set(base) ^ set(new))[:5]
+        raise ValueError(f"the runs played different episodes ({len(set(base) ^ set(new))} differ, e.g. {only})")
+    keys = sorted(base)
+    out: dict[str, Any] = {"episodes": len(keys)}
+    for name, metric, gold_only in MEASURES:
+        pairs = [(value(new[k], metric), value(base[k], metric)) for k in keys]
+        pairs = [p for p in pairs if p[0] is not None and p[1] is not None] if gold_only else pairs
+        if any(a is None or b is None for a, b in pairs):
+            raise ValueError(f"a row lacks {metric or 'reward'}")
+        a, b = [p[0] for p in pairs], [p[1] for p in pairs]
+        out[name] = {"base": sum(b) / len(b) if b else None, "new": sum(a) / len(a) if a else None,
+                     "delta": paired_delta(a, b)}
+        if name == "page_recall":
+            out[name]["questions"] = {"higher": sum(x > y for x, y in pairs), "lower": sum(x < y for x, y in pairs),
+                                      "same": sum(x == y for x, y in pairs)}
+    return out
+
+
+def main(argv: Sequence[str] | None = None) -> Path:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--policy", required=True, help="the policy name in both runs' episodes.jsonl")
+    ap.add_argument("--base", type=Path, required=True, help="the run compared against (e.g. the SFT start)")
+    ap.add_argument("--new", type=Path, required=True, help="the run whose change is reported")
+    ap.add_argument("--out", type=Path, required=True, help="folder for results.json")
+    args = ap.parse_args(argv)
+    result = {"kind": "paired_runs", "policy": args.policy, "base_run": str(args.base), "new_run": str(args.new),
+              **compare(policy_rows(args.base, args.policy), policy_rows(args.new, args.policy))}
+    path = write_json(args.out / "results.json", result)
+    print(json.dumps({k: result[k] for k in ("episodes", "reward", "page_recall")}, indent=1))
+    print(f"results: {path}")
+    return path
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,46 @@
+"""One policy in two benchmark runs, paired per episode (experiments/analysis/paired_runs.py)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from experiments.analysis.paired_runs import main
+
+BUDGET = {"k": 2, "m": 2, "M": 8, "T": 4, "B": 4}
+
+
+def _run(root: Path, rows: list[tuple]) -> Path:
+    """A run folder whose episodes.jsonl holds (policy, episode, reward, recall, tokens, failed) rows."""
+    root.mkdir(parents=True)
+    lines = [{"policy": p, "budget": BUDGET, "episode_id": e, "reward": r, "failed": f,
+              "metrics": {"evidence_page_recall": rec, "tokens_rendered": tok}} for p, e, r, rec, tok, f in rows]
+    (root / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return root
+
+
+def test_the_change_is_paired_per_episode_over_the_named_policy_only(tmp_path) -> None:
+    base = _run(tmp_path / "base", [("llm", "a", 0.1, 0.5, 100, False), ("llm", "b", 0.2, None, 200, False),
+                                    ("llm", "c", 0.3, 1.0, 300, False), ("topk", "a", 9.0, 0.0, 1, False),
+                                    ("llm", "d", 0.0, 0.0, 0, True)])
+    new = _run(tmp_path / "new", [("llm", "c", 0.3, 0.5, 350, False), ("llm", "a", 0.4, 1.0, 100, False),
+                                  ("llm", "b", 0.5, None, 200, False), ("llm", "d", 0.0, 0.0, 0, True)])
+    res = json.loads(main(["--policy", "llm", "--base", str(base), "--new", str(new),
+                           "--out", str(tmp_path / "out")]).read_text())
+    assert res["episodes"] == 3  # failed rows and other policies are not paired
+    assert res["reward"]["delta"]["mean"] == pytest.approx((0.3 + 0.3 + 0.0) / 3)
+    assert res["page_recall"]["delta"]["n"] == 2 and res["page_recall"]["delta"]["mean"] == pytest.approx(0.0)
+    assert res["page_recall"]["questions"] == {"higher": 1, "lower": 1, "same": 0}
+    assert res["tokens"]["base"] == pytest.approx(200) and res["tokens"]["new"] == pytest.approx(650 / 3)
+    lo, hi = res["reward"]["delta"]["lo"], res["reward"]["delta"]["hi"]
+    assert lo <= res["reward"]["delta"]["mean"] <= hi and lo < hi
+
+
+def test_runs_over_different_episodes_are_refused(tmp_path) -> None:
+    base = _run(tmp_path / "base", [("llm", "a", 0.1, 0.5, 100, False), ("llm", "b", 0.2, 0.5, 100, False)])
+    new = _run(tmp_path / "new", [("llm", "a", 0.1, 0.5, 100, False)])
+    with pytest.raises(ValueError, match="different episodes"):
+        main(["--policy", "llm", "--base", str(base), "--new", str(new), "--out", str(tmp_path / "out")])
+    with pytest.raises(ValueError, match="no successful episodes"):
+        main(["--policy", "other", "--base", str(base), "--new", str(new), "--out", str(tmp_path / "out")])

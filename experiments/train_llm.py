@@ -49,7 +49,7 @@ from mage_gym.bench.results import budget_dict
 #: log_history keys kept as curves in results.json (TRL's names and ours)
 CURVES = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "rewards/MageToolEnv/mean",
           "env/format_errors", "env/invalid_calls", "env/tokens_read", "env/page_recall", "env/stopped_by_model",
-          "env/tool_calls", "env/groups_with_spread", "completions/mean_length", "tools/call_frequency",
+          "env/tool_calls", "env/groups_with_spread", "env/groups_with_outcome_spread", "completions/mean_length", "tools/call_frequency",
           "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time", "mean_token_accuracy",
           "heldout/reward", "heldout/recall", "heldout/tokens", "heldout/format_errors", "heldout/stopped")
 
@@ -443,17 +443,28 @@ def heldout_change(evals: list[Mapping[str, Any]]) -> dict[str, Any] | None:
 
 def grpo_summary(curves: Mapping[str, list]) -> dict[str, Any]:
     """What says whether GRPO could update: the share of groups whose rewards differed (a group without
-    spread has no advantage), the steps with any spread, and the KL and grad norm of those steps."""
+    spread has no advantage), the steps with any spread, and the KL and grad norm of those steps; with
+    ``grpo.require_outcome_spread`` also the share of groups whose support differed (only those teach), the
+    steps that had one, and their grad norm."""
     spread = curves.get("env/groups_with_spread") or []
     kl, grad = curves.get("kl") or [None] * len(spread), curves.get("grad_norm") or [None] * len(spread)
     logged = [i for i, v in enumerate(spread) if v is not None]
     moved = [i for i in logged if spread[i] > 0]
     kls = [kl[i] for i in logged if kl[i] is not None]
     grads = [grad[i] for i in moved if grad[i] is not None]
-    return {"steps_logged": len(logged),
-            "share_groups_with_spread": sum(spread[i] for i in logged) / len(logged) if logged else None,
-            "steps_with_spread": len(moved), "kl_last": kls[-1] if kls else None, "kl_max": max(kls, default=None),
-            "grad_norm_mean_with_spread": sum(grads) / len(grads) if grads else None}
+    out = {"steps_logged": len(logged),
+           "share_groups_with_spread": sum(spread[i] for i in logged) / len(logged) if logged else None,
+           "steps_with_spread": len(moved), "kl_last": kls[-1] if kls else None, "kl_max": max(kls, default=None),
+           "grad_norm_mean_with_spread": sum(grads) / len(grads) if grads else None}
+    outcome = curves.get("env/groups_with_outcome_spread") or []
+    judged = [i for i, v in enumerate(outcome) if v is not None]
+    if judged:  # grpo.require_outcome_spread: only groups whose support varied taught
+        taught = [i for i in judged if outcome[i] > 0]
+        grads = [grad[i] for i in taught if grad[i] is not None]
+        out.update({"share_groups_with_outcome_spread": sum(outcome[i] for i in judged) / len(judged),
+                    "steps_with_outcome_spread": len(taught),
+                    "grad_norm_mean_with_outcome_spread": sum(grads) / len(grads) if grads else None})
+    return out
 
 
 def curves(log_history: list[Mapping[str, Any]]) -> dict[str, list]:

@@ -123,3 +123,8 @@ def test_the_grpo_summary_counts_groups_with_spread_and_the_updated_steps() -> N
     assert s["steps_logged"] == 3 and s["steps_with_spread"] == 2 and s["share_groups_with_spread"] == 0.5
     assert s["kl_last"] == 0.03 and s["kl_max"] == 0.03 and abs(s["grad_norm_mean_with_spread"] - 0.3) < 1e-9
     assert train_llm_module().grpo_summary({"step": []})["share_groups_with_spread"] is None
+    assert "share_groups_with_outcome_spread" not in s  # not logged: the filter was off
+    filtered = {**curves, "env/groups_with_outcome_spread": [0.0, 0.0, None, 1.0]}
+    f = train_llm_module().grpo_summary(filtered)
+    assert f["share_groups_with_outcome_spread"] == 1 / 3 and f["steps_with_outcome_spread"] == 1
+    assert f["grad_norm_mean_with_outcome_spread"] == 0.4 and f["steps_with_spread"] == 2

@@ -44,3 +44,17 @@ def test_runs_over_different_episodes_are_refused(tmp_path) -> None:
         main(["--policy", "llm", "--base", str(base), "--new", str(new), "--out", str(tmp_path / "out")])
     with pytest.raises(ValueError, match="no successful episodes"):
         main(["--policy", "other", "--base", str(base), "--new", str(new), "--out", str(tmp_path / "out")])
+
+
+def test_the_command_runs_as_the_guide_writes_it(tmp_path) -> None:
+    import subprocess
+    import sys
+
+    base = _run(tmp_path / "base", [("llm_controller", e, 0.1, 0.5, 100, False) for e in "abc"])
+    new = _run(tmp_path / "new", [("llm_controller", e, 0.2, 1.0, 150, False) for e in "abc"])
+    done = subprocess.run([sys.executable, "-m", "experiments.analysis.paired_runs", "--policy", "llm_controller",
+                           "--base", str(base), "--new", str(new), "--out", str(tmp_path / "out")],
+                          cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["page_recall"]["delta"]["mean"] == pytest.approx(0.5) and res["tokens"]["delta"]["mean"] == 50

@@ -49,8 +49,8 @@ from mage_gym.bench.results import budget_dict
 #: log_history keys kept as curves in results.json (TRL's names and ours)
 CURVES = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "rewards/MageToolEnv/mean",
           "env/format_errors", "env/invalid_calls", "env/tokens_read", "env/page_recall", "env/stopped_by_model",
-          "env/tool_calls", "env/groups_with_spread", "env/groups_with_outcome_spread", "completions/mean_length", "tools/call_frequency",
-          "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time", "mean_token_accuracy",
+          "env/tool_calls", "env/groups_with_spread", "env/groups_with_outcome_spread", "completions/mean_length",
+          "tools/call_frequency", "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time", "mean_token_accuracy",
           "heldout/reward", "heldout/recall", "heldout/tokens", "heldout/format_errors", "heldout/stopped")
 
 
@@ -74,15 +74,13 @@ def env_metrics(prompts: list, completions: list, environments: list | None = No
     and with ``rollout_log`` (a path) appends one :func:`rollout_record` line per rollout there."""
     if not environments or log_metric is None:
         return [None] * len(prompts)
-    rows = []
-    for env in environments:
-        env.get_reward()  # finishes a rollout that never called stop (idempotent)
-        rows.append(env._episode_info())
+    rewards = [env.get_reward() for env in environments]  # finishes a rollout that never called stop
+    rows = [env._episode_info() for env in environments]
     if rollout_log:
         step = None if trainer_state is None else int(trainer_state.global_step) + 1  # the step these rollouts train
         with open(rollout_log, "a") as f:
-            for r, env in zip(rows, environments):
-                f.write(json.dumps(rollout_record(r, env.get_reward(), step), default=str) + "\n")
+            for r, reward in zip(rows, rewards):
+                f.write(json.dumps(rollout_record(r, reward, step), default=str) + "\n")
     n = len(rows)
     log_metric("env/format_errors", sum(r["stats"]["format_errors"] for r in rows) / n)
     log_metric("env/invalid_calls", sum(r["stats"]["invalid_calls"] for r in rows) / n)
@@ -95,8 +93,8 @@ def env_metrics(prompts: list, completions: list, environments: list | None = No
     if recalls:
         log_metric("env/page_recall", sum(recalls) / len(recalls))
     groups: dict[str, list[float]] = {}
-    for r, env in zip(rows, environments):
-        groups.setdefault(str(r.get("task")), []).append(env.get_reward())
+    for r, reward in zip(rows, rewards):
+        groups.setdefault(str(r.get("task")), []).append(reward)
     log_metric("env/groups_with_spread", sum(max(g) > min(g) for g in groups.values()) / max(1, len(groups)))
     return [None] * len(prompts)
 
@@ -441,6 +439,10 @@ def heldout_change(evals: list[Mapping[str, Any]]) -> dict[str, Any] | None:
     return out
 
 
+def _mean(values: list[float]) -> float | None:
+    return sum(values) / len(values) if values else None
+
+
 def grpo_summary(curves: Mapping[str, list]) -> dict[str, Any]:
     """What says whether GRPO could update: the share of groups whose rewards differed (a group without
     spread has no advantage), the steps with any spread, and the KL and grad norm of those steps; with
@@ -453,17 +455,16 @@ def grpo_summary(curves: Mapping[str, list]) -> dict[str, Any]:
     kls = [kl[i] for i in logged if kl[i] is not None]
     grads = [grad[i] for i in moved if grad[i] is not None]
     out = {"steps_logged": len(logged),
-           "share_groups_with_spread": sum(spread[i] for i in logged) / len(logged) if logged else None,
+           "share_groups_with_spread": _mean([spread[i] for i in logged]),
            "steps_with_spread": len(moved), "kl_last": kls[-1] if kls else None, "kl_max": max(kls, default=None),
-           "grad_norm_mean_with_spread": sum(grads) / len(grads) if grads else None}
+           "grad_norm_mean_with_spread": _mean(grads)}
     outcome = curves.get("env/groups_with_outcome_spread") or []
     judged = [i for i, v in enumerate(outcome) if v is not None]
     if judged:  # grpo.require_outcome_spread: only groups whose support varied taught
         taught = [i for i in judged if outcome[i] > 0]
-        grads = [grad[i] for i in taught if grad[i] is not None]
-        out.update({"share_groups_with_outcome_spread": sum(outcome[i] for i in judged) / len(judged),
+        out.update({"share_groups_with_outcome_spread": _mean([outcome[i] for i in judged]),
                     "steps_with_outcome_spread": len(taught),
-                    "grad_norm_mean_with_outcome_spread": sum(grads) / len(grads) if grads else None})
+                    "grad_norm_mean_with_outcome_spread": _mean([grad[i] for i in taught if grad[i] is not None])})
     return out
 
 

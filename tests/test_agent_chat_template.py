@@ -134,17 +134,25 @@ def _reference_reward(task: str, calls) -> tuple[float, dict]:
     return total, info
 
 
-def test_the_reward_a_trl_rollout_reports_is_the_envs_terminal_reward():
-    """What GRPO optimises (get_reward, weight 1 in TRL) equals the env's terminal reward for the same calls."""
+def _scripted_rollouts() -> list[tuple[dict, list, MageToolEnv]]:
+    """Each of :data:`ROLLOUTS` played on its own toy task as TRL plays it: ``(row, calls, env)``."""
     factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25",
                                   max_candidates=16)
     rows = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)
-    rewards = []
+    played = []
     for row, calls in zip(rows, ROLLOUTS):
         env = factory()
         env.reset(**row)
         for name, args in calls:
             getattr(env, name)(**args)
+        played.append((row, calls, env))
+    return played
+
+
+def test_the_reward_a_trl_rollout_reports_is_the_envs_terminal_reward():
+    """What GRPO optimises (get_reward, weight 1 in TRL) equals the env's terminal reward for the same calls."""
+    rewards = []
+    for row, calls, env in _scripted_rollouts():
         want, info = _reference_reward(row["task"], calls)
         got = env.get_reward()
         assert got == pytest.approx(want, abs=1e-12) and got == pytest.approx(info["reward_components"]["reward"])
@@ -159,16 +167,8 @@ def test_env_metrics_writes_one_line_per_rollout_with_its_task_calls_and_outcome
 
     from agent_helpers import train_llm_module
 
-    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25",
-                                  max_candidates=16)
-    rows = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)
-    envs = []
-    for row, calls in zip(rows, ROLLOUTS):
-        env = factory()
-        env.reset(**row)
-        for name, args in calls:
-            getattr(env, name)(**args)
-        envs.append(env)
+    played = _scripted_rollouts()
+    envs = [env for _, _, env in played]
     log, logged = tmp_path / "rollouts.jsonl", {}
     for _ in range(2):  # appended, batch after batch
         train_llm_module().env_metrics([None] * len(envs), [None] * len(envs), environments=envs,
@@ -176,7 +176,7 @@ def test_env_metrics_writes_one_line_per_rollout_with_its_task_calls_and_outcome
                                        trainer_state=SimpleNamespace(global_step=4))
     lines = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(lines) == 2 * len(envs) and {line["step"] for line in lines} == {5}
-    for line, row, calls, env in zip(lines, rows, ROLLOUTS, envs):
+    for line, (row, calls, env) in zip(lines, played):
         assert line["task"] == row["task"] and line["called"] == [name for name, _ in calls]
         assert line["reward"] == pytest.approx(env.get_reward(), abs=1e-6)
         assert line["support"] == env._episode_info()["reward_components"]["support"]

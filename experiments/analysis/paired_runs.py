@@ -22,6 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from mage_gym.bench.equal_cost import paired_delta
 from mage_gym.bench.results import budget_label, write_json
+from mage_gym.trace import read_jsonl
 
 #: (name in the output, episodes.jsonl metric, questions with gold only)
 MEASURES = (("reward", None, False), ("page_recall", "evidence_page_recall", True),
@@ -34,13 +35,7 @@ def policy_rows(run: Path, policy: str) -> dict[tuple[str, str], dict[str, Any]]
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found: pass a benchmark run directory")
     rows = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path}:{n}: not JSON ({err})") from None
+    for row in read_jsonl(path):
         if row.get("policy") == policy and not row.get("failed"):
             rows[(str(row["episode_id"]), budget_label(row["budget"]))] = row
     if not rows:

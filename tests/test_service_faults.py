@@ -72,6 +72,36 @@ def test_a_client_gone_mid_episode_frees_its_slot_and_is_counted():
         srv.stop()
 
 
+def test_a_full_server_frees_an_idle_slot_for_a_new_session_of_either_protocol_before_refusing():
+    """Between reaper ticks a full server still takes a new session when one slot is idle past idle_timeout.
+
+    Driven through Starlette's TestClient outside a ``with`` block, so the app's lifespan (and its reaper)
+    never runs: only the on-demand reap can free the slot."""
+    from agent_helpers import toy_chat_env
+    from starlette.testclient import TestClient
+
+    from mage_gym.agent.service.app import build_app
+    from mage_gym.agent.service.runtime import ServiceLimits, ServiceRuntime
+
+    runtime = ServiceRuntime(toy_chat_env, ServiceLimits(max_sessions=1, idle_timeout=0.2))
+    client = TestClient(build_app(runtime))
+    try:
+        assert client.post("/reset", json={"task": TASK}).status_code == 200
+        busy = client.post("/reset", json={"task": TASK})
+        assert (busy.status_code, busy.json()["code"]) == (503, "AT_CAPACITY")  # nothing idle yet: refused
+        time.sleep(0.3)
+        with client.websocket_connect("/ws") as ws:  # the HTTP session is idle now: its slot is taken over
+            ws.send_text(json.dumps({"type": "reset", "data": {"task": TASK}}))
+            assert json.loads(ws.receive_text())["type"] == "observation"
+            time.sleep(0.3)
+            again = client.post("/reset", json={"task": TASK})  # and the idle WebSocket's slot, over HTTP
+            assert again.status_code == 200, again.json()
+        events = client.get("/metrics").json()["events"]
+        assert events["sessions_idle_timeout"] == 2
+    finally:
+        runtime.shutdown()
+
+
 def test_idle_sessions_are_reaped_over_both_protocols_and_later_calls_say_so():
     from mage_gym.agent.service.client import MageChatClient
     from mage_gym.agent.service.errors import SessionNotFound

@@ -27,7 +27,7 @@ import asyncio
 import contextlib
 import functools
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Awaitable, Callable
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
@@ -49,11 +49,18 @@ _WS_MESSAGE_TOO_BIG = 1009
 
 class LimitsMiddleware:
     """Refuses HTTP bodies over ``max_request_bytes`` (413) before any route reads them, and counts the errors
-    OpenEnv's WebSocket loop answers (and messages over the size limit, which close the connection)."""
+    OpenEnv's WebSocket loop answers (and messages over the size limit, which close the connection).
 
-    def __init__(self, app: Any, runtime: ServiceRuntime) -> None:
+    ``make_room`` runs before a WebSocket connection opens its session: on a full server it closes the
+    sessions already idle past ``idle_timeout`` that the reaper has not reached yet, as ``POST /reset`` does,
+    so both protocols are refused ``AT_CAPACITY`` only when no slot can be freed.
+    """
+
+    def __init__(self, app: Any, runtime: ServiceRuntime,
+                 make_room: Callable[[], Awaitable[None]] | None = None) -> None:
         self.app = app
         self.runtime = runtime
+        self.make_room = make_room
 
     async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
         if scope["type"] == "http":
@@ -62,6 +69,8 @@ class LimitsMiddleware:
             from starlette.websockets import WebSocketDisconnect
             from uvicorn.protocols.utils import ClientDisconnected
 
+            if self.make_room is not None:
+                await self.make_room()
             try:
                 await self.app(scope, self._ws_receive(receive, send), self._ws_send(send))
             except (WebSocketDisconnect, ClientDisconnected):
@@ -173,6 +182,11 @@ def build_app(runtime: ServiceRuntime) -> Any:
         if runtime.documents is not None:
             await asyncio.get_running_loop().run_in_executor(runtime.executor, runtime.documents.evict_idle)
 
+    async def make_room() -> None:
+        """On a full server, reap now rather than at the next tick (a new session would be refused)."""
+        if table.live >= table.capacity:
+            await reap()
+
     async def reaper() -> None:
         while True:
             await asyncio.sleep(interval)
@@ -238,8 +252,7 @@ def build_app(runtime: ServiceRuntime) -> Any:
         for key in ("task", "episode_id"):
             if body.get(key) is not None and not isinstance(body[key], str):
                 raise InvalidRequest(f"{key} must be a string")
-        if table.live >= table.capacity:
-            await reap()
+        await make_room()
         sid, env = await table.open()
         try:
             obs = await env.reset_async(seed=seed, episode_id=body.get("episode_id"), task=body.get("task"))
@@ -290,7 +303,7 @@ def build_app(runtime: ServiceRuntime) -> Any:
                 **runtime.counters.snapshot()}
 
     server.register_routes(app)  # /ws, /schema, /metadata, /mcp; its /reset, /step, /state, /health are shadowed
-    app.add_middleware(LimitsMiddleware, runtime=runtime)
+    app.add_middleware(LimitsMiddleware, runtime=runtime, make_room=make_room)
     return app
 
 

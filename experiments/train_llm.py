@@ -48,6 +48,7 @@ from mage_gym.bench.results import budget_dict
 
 #: log_history keys kept as curves in results.json (TRL's names and ours)
 CURVES = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "rewards/MageToolEnv/mean",
+          "rewards/refused_calls/mean",
           "env/format_errors", "env/invalid_calls", "env/tokens_read", "env/page_recall", "env/stopped_by_model",
           "env/tool_calls", "env/groups_with_spread", "env/groups_with_outcome_spread", "completions/mean_length",
           "tools/call_frequency", "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time", "mean_token_accuracy",
@@ -167,6 +168,23 @@ def _resume_from(out: Path, c: Mapping[str, Any]) -> str | None:
     return str(ckpts[-1]) if ckpts else None
 
 
+def grpo_rewards(g: Mapping[str, Any], out: Path) -> tuple[list[Any], list[float]]:
+    """TRL's ``reward_funcs`` and ``reward_weights`` besides the env's own reward (which TRL adds from
+    ``get_reward`` at weight 1): the logging function at weight 0, and with ``grpo.refused_call_penalty`` > 0
+    the gold-free refused-call term at that weight."""
+    from mage_gym.agent.trl_env import refused_calls
+
+    funcs: list[Any] = [partial(env_metrics, rollout_log=str(out / "rollouts.jsonl"))]
+    weights = [0.0]
+    penalty = float(g.get("refused_call_penalty") or 0.0)
+    if penalty < 0:
+        raise ConfigError(f"grpo.refused_call_penalty must be 0 or more (reward off per refused call), got {penalty}")
+    if penalty:
+        funcs.append(refused_calls)
+        weights.append(penalty)
+    return funcs, weights
+
+
 def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, report_to: str) -> Any:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -187,6 +205,7 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     group = int(g.get("group_size", 4))
     batch = group * int(g.get("prompts_per_step", 1))
     tokenizer.padding_side = "left"
+    reward_funcs, reward_weights = grpo_rewards(g, out)
     args = GRPOConfig(
         output_dir=str(out / "trainer"), per_device_train_batch_size=batch, gradient_accumulation_steps=1,
         num_generations=group, max_completion_length=int(g.get("max_completion_length", 768)),
@@ -196,13 +215,13 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
         use_cpu=c.get("device", "cpu") == "cpu", bf16=_bf16(c), seed=int(c.get("seed", 0)),
         use_vllm=bool(g.get("use_vllm", False)), vllm_mode=g.get("vllm_mode", "colocate"),
         gradient_checkpointing=bool(c.get("gradient_checkpointing", False)),
-        dataloader_num_workers=0, reward_weights=[0.0], run_name=out.name)
+        dataloader_num_workers=0, reward_weights=reward_weights, run_name=out.name)
     score_labelled_positions_only()
     trainer_class = _masking_after_end(GRPOTrainer) if g.get("mask_after_end", True) else GRPOTrainer
     trainer_class = _outcome_spread_only(trainer_class) if g.get("require_outcome_spread", False) else trainer_class
     trainer_class = _skipping_zero_spread(trainer_class) if g.get("drop_zero_spread", True) else trainer_class
     trainer = trainer_class(model=model, processing_class=tokenizer, args=args, train_dataset=Dataset.from_list(rows),
-                          reward_funcs=[partial(env_metrics, rollout_log=str(out / "rollouts.jsonl"))],
+                          reward_funcs=reward_funcs,
                           environment_factory=environment_factory(episodes=episodes, **kw),
                           peft_config=_peft_config(c, model.config), callbacks=callbacks)
     if heldout is not None:

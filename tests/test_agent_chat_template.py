@@ -20,7 +20,7 @@ from mage_gym.agent.tools import TOOLS, TOOLS_BY_NAME  # noqa: E402
 from mage_gym.agent.prompts import user_intro  # noqa: E402
 from mage_gym.agent.chat_env import text_of  # noqa: E402
 from mage_gym.agent.trl_env import (  # noqa: E402
-    MageToolEnv, environment_factory, episode_ended, mask_turns_after,
+    MageToolEnv, environment_factory, episode_ended, mask_turns_after, refused_calls,
 )
 from mage_gym.bench.synthetic import hash_query_fn  # noqa: E402
 from mage_gym.testing import toy_episodes  # noqa: E402
@@ -211,6 +211,26 @@ def test_tool_env_counts_what_each_call_did_and_refuses_calls_outside_an_episode
     env.reset(**row)
     assert env._episode_info()["stats"] == {"tool_calls": 0.0, "format_errors": 0.0, "invalid_calls": 0.0,
                                             "stopped": 0.0, "tokens_masked_after_end": 0.0}
+
+
+def test_the_refused_call_term_is_minus_each_rollouts_refused_calls_and_nothing_else():
+    """grpo.refused_call_penalty's reward function: a call the env refused (unknown id, empty query) or one
+    after the episode ended costs 1 each; a format error, a call that did something and stop cost nothing."""
+    factory = environment_factory(episodes=toy_episodes(), query_fn=hash_query_fn(16), K=16, retriever="bm25",
+                                  max_candidates=16)
+    row = task_rows([p.episode for p in toy_episodes()], "mmlongbench", tools_in_prompt=False)[0]
+    clean, refusing = factory(), factory()
+    for env in (clean, refusing):
+        env.reset(**row)
+        env.activate(candidates="x")  # malformed: a format error, not a refusal
+        env.activate(candidates=[1])
+    refusing.open(ids=[1])
+    refusing.search(query="")
+    for env in (clean, refusing):
+        env.stop()
+    refusing.prune(ids=["toy:p0"], reason="after the end")
+    assert refused_calls(environments=[clean, refusing]) == [0.0, -3.0]
+    assert refused_calls(environments=None) == []
 
 
 def _assistant(name: str) -> dict:

@@ -65,12 +65,15 @@ def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, 
     grpo = run("train_llm.py", "algo=grpo", f"model={tmp_path / 'sft' / 'model'}", "dataset=synth", *common,
                "env.budget.k=2", "steps=2", "grpo.group_size=2", "grpo.max_completion_length=48",
                "grpo.max_tool_calling_iterations=2", "chat.max_candidates=4", "logger=none",
-               f"hydra.run.dir={tmp_path / 'grpo'}")
+               "grpo.refused_call_penalty=0.5", f"hydra.run.dir={tmp_path / 'grpo'}")
     c = grpo["curves"]
     assert grpo["global_step"] == 2 and c["step"] == [1, 2]
-    # the env's own reward is what GRPO logs (and optimises), with the env's process figures beside it
+    # the env's own reward is what GRPO logs (and optimises), at weight 1, with the env's process figures beside
+    # it; the refused-call term (gold-free) enters at its weight and nothing else does
     assert len(c["rewards/MageToolEnv/mean"]) == 2 and all(-2 < r < 2 for r in c["rewards/MageToolEnv/mean"])
-    assert c["reward"] == c["rewards/MageToolEnv/mean"]
+    assert all(r <= 0 for r in c["rewards/refused_calls/mean"])  # the term ran (grpo_rewards: its weight)
+    assert c["reward"] == pytest.approx([env + 0.5 * refused for env, refused in
+                                         zip(c["rewards/MageToolEnv/mean"], c["rewards/refused_calls/mean"])])
     assert all(t > 0 for t in c["env/tokens_read"]) and "env/format_errors" in c
 
     # the curves of both runs on one figure, with the points beside it (what docs/results publishes)
@@ -92,6 +95,20 @@ def test_the_dagger_students_transcripts(corpus, tmp_path):
     rows = [json.loads(x) for x in Path(tx["path"]).read_text().splitlines()]
     assert tx["privileged"] is False and rows and not any(r["privileged"] for r in rows)
     assert all(r["source"] == "ppo" and "The episode ended" in r["messages"][-1]["content"] for r in rows)
+
+
+def test_the_refused_call_term_enters_grpo_at_its_weight_and_only_when_asked(tmp_path) -> None:
+    from agent_helpers import train_llm_module
+
+    from mage_gym.agent.trl_env import refused_calls
+
+    m = train_llm_module()
+    funcs, weights = m.grpo_rewards({}, tmp_path)
+    assert len(funcs) == 1 and weights == [0.0]  # the logger only: the env's reward alone is optimised
+    funcs, weights = m.grpo_rewards({"refused_call_penalty": 0.05}, tmp_path)
+    assert funcs[1] is refused_calls and weights == [0.0, 0.05]
+    with pytest.raises(m.ConfigError, match="refused_call_penalty"):
+        m.grpo_rewards({"refused_call_penalty": -1}, tmp_path)
 
 
 def test_a_batch_without_reward_spread_is_dropped_before_any_pass() -> None:

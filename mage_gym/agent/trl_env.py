@@ -178,6 +178,20 @@ def outcome_spread(envs: Sequence[MageToolEnv], group_size: int) -> list[bool]:
             for block in (support[i:i + group_size] for i in range(0, len(support), group_size))]
 
 
+def refused_calls(environments: Sequence[MageToolEnv] | None = None, **_: Any) -> list[float]:
+    """A gold-free process term for TRL's ``reward_funcs``: minus the calls each rollout's env refused (over
+    budget, a number never shown, an id not held) or that came after its episode ended; weight it with
+    ``grpo.refused_call_penalty``.
+
+    Why: measured in llm_grpo_smollm2_cpu, the rollouts that reached the
+    second hop were those that kept calling ``activate`` to the round limit,
+    2-5 of their calls refused for budget; the terminal reward credits the
+    whole rollout, refused calls included, and the trained student read more
+    on held-out tasks. The env already counts refusals; this makes them cost.
+    """
+    return [-float(env._stats["invalid_calls"]) for env in environments or []]
+
+
 def turns_while_playing(completion: Sequence[Mapping[str, Any]], ending_result: Any) -> int | None:
     """How many assistant turns of ``completion`` came before the tool result ``ending_result`` (the one whose
     call ended the episode, that turn included); None when no tool message carries it."""

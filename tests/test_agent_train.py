@@ -65,7 +65,7 @@ def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, 
     grpo = run("train_llm.py", "algo=grpo", f"model={tmp_path / 'sft' / 'model'}", "dataset=synth", *common,
                "env.budget.k=2", "steps=2", "grpo.group_size=2", "grpo.max_completion_length=48",
                "grpo.max_tool_calling_iterations=2", "chat.max_candidates=4", "logger=none",
-               "grpo.refused_call_penalty=0.5", f"hydra.run.dir={tmp_path / 'grpo'}")
+               "grpo.refused_call_penalty=0.5", "grpo.micro_batch=1", f"hydra.run.dir={tmp_path / 'grpo'}")
     c = grpo["curves"]
     assert grpo["global_step"] == 2 and c["step"] == [1, 2]
     # the env's own reward is what GRPO logs (and optimises), at weight 1, with the env's process figures beside
@@ -75,6 +75,9 @@ def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, 
     assert c["reward"] == pytest.approx([env + 0.5 * refused for env, refused in
                                          zip(c["rewards/MageToolEnv/mean"], c["rewards/refused_calls/mean"])])
     assert all(t > 0 for t in c["env/tokens_read"]) and "env/format_errors" in c
+    # micro_batch=1: each step samples its own group of 2 and passes them one at a time (no reuse across steps)
+    logged = [json.loads(x)["step"] for x in (tmp_path / "grpo" / "rollouts.jsonl").read_text().splitlines()]
+    assert logged == [1, 1, 2, 2]
 
     # the curves of both runs on one figure, with the points beside it (what docs/results publishes)
     out = tmp_path / "curves"
@@ -109,6 +112,19 @@ def test_the_refused_call_term_enters_grpo_at_its_weight_and_only_when_asked(tmp
     assert funcs[1] is refused_calls and weights == [0.0, 0.05]
     with pytest.raises(m.ConfigError, match="refused_call_penalty"):
         m.grpo_rewards({"refused_call_penalty": -1}, tmp_path)
+
+
+def test_grpo_micro_batches_split_one_steps_loss_pass_not_its_sampling() -> None:
+    from agent_helpers import train_llm_module
+
+    m = train_llm_module()
+    whole = {"per_device_train_batch_size": 12, "gradient_accumulation_steps": 1, "steps_per_generation": 1}
+    assert m.grpo_batching({"group_size": 6, "prompts_per_step": 2}) == whole  # the default: one pass
+    assert m.grpo_batching({"group_size": 6, "prompts_per_step": 2, "micro_batch": 3}) == {
+        "per_device_train_batch_size": 3, "gradient_accumulation_steps": 4, "steps_per_generation": 4}
+    for bad in (5, -1):
+        with pytest.raises(m.ConfigError, match="micro_batch"):
+            m.grpo_batching({"group_size": 6, "prompts_per_step": 2, "micro_batch": bad})
 
 
 def test_a_batch_without_reward_spread_is_dropped_before_any_pass() -> None:

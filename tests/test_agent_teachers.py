@@ -319,7 +319,29 @@ def test_the_llm_loop_speed_script_at_toy_sizes(tmp_path):
           "--repeats", "1", "--threads", "1", "--out", str(tmp_path)])
     res = json.loads((tmp_path / "results.json").read_text())
     assert set(res["dtypes"]) == {"float32", "bfloat16"}
-    assert all(v["train_tok_s"] > 0 and v["generation_tok_s"] > 0 for v in res["dtypes"].values())
+    for v in res["dtypes"].values():  # decoding timed inside generate: one rate per token after the first
+        assert v["train_tok_s"] > 0 and v["decode_s"] > 0 and v["prefill_s"] > 0
+        assert v["generation_tok_s"] == pytest.approx(1 / v["decode_s"])  # 2 new tokens: one decoding step
+        assert v["prefill_tok_s"] == pytest.approx(16 / v["prefill_s"])
+    assert set(res["faster"].values()) <= {"float32", "bfloat16"}
+
+
+def test_the_token_clock_splits_prefill_from_decoding(monkeypatch):
+    """Prefill is prompt-to-first-token and decoding first-to-last token, both inside one generate call."""
+    import importlib.util
+    import time
+
+    spec = importlib.util.spec_from_file_location(
+        "perf_llm_loop", Path(__file__).resolve().parents[1] / "experiments/perf/perf_llm_loop.py")
+    perf = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(perf)
+    ticks = iter([10.0, 12.5, 12.75, 13.0, 13.25])  # prompt, then 4 new tokens a quarter second apart
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks))
+    clock = perf.TokenClock()
+    for _ in range(5):
+        clock.put(None)
+    clock.end()
+    assert clock.prefill_s() == pytest.approx(2.5) and clock.decode_s() == pytest.approx(0.75)
 
 
 def test_cached_only_keeps_documents_whose_graph_is_built(tmp_path, monkeypatch):

@@ -360,7 +360,7 @@ def _outcome_spread_only(base: type) -> type:
 
 def _bf16(c: Mapping[str, Any]) -> bool:
     """bf16 compute: ``dtype=bfloat16`` (weights in bf16) or ``autocast=bfloat16`` (fp32 weights, bf16 matmuls:
-    the CPU recipe where the CPU has bf16 instructions; experiments/perf/perf_llm_loop.py measures it)."""
+    the CPU recipe where experiments/perf/perf_llm_loop.py measures it faster than fp32 on that CPU)."""
     return c.get("dtype") == "bfloat16" or c.get("autocast") == "bfloat16"
 
 

@@ -51,7 +51,8 @@ CURVES = ("loss", "reward", "reward_std", "frac_reward_zero_std", "kl", "rewards
           "rewards/refused_calls/mean",
           "env/format_errors", "env/invalid_calls", "env/tokens_read", "env/page_recall", "env/stopped_by_model",
           "env/tool_calls", "env/groups_with_spread", "env/groups_with_outcome_spread", "completions/mean_length",
-          "tools/call_frequency", "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time", "mean_token_accuracy",
+          "tools/call_frequency", "tools/failure_frequency", "entropy", "grad_norm", "learning_rate", "step_time",
+          "mean_token_accuracy",
           "heldout/reward", "heldout/recall", "heldout/tokens", "heldout/format_errors", "heldout/stopped")
 
 
@@ -223,7 +224,8 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     tokenizer.padding_side = "left"
     reward_funcs, reward_weights = grpo_rewards(g, out)
     args = GRPOConfig(
-        output_dir=str(out / "trainer"), **grpo_batching(g), num_generations=group, max_completion_length=int(g.get("max_completion_length", 768)),
+        output_dir=str(out / "trainer"), **grpo_batching(g), num_generations=group,
+        max_completion_length=int(g.get("max_completion_length", 768)),
         max_tool_calling_iterations=int(g.get("max_tool_calling_iterations", 8)),
         temperature=float(g.get("temperature", 1.0)), beta=float(g.get("beta", 0.0)), max_steps=int(c["steps"]),
         learning_rate=float(c["learning_rate"]), logging_steps=1, report_to=report_to, **_checkpointing(c),

@@ -360,6 +360,24 @@ def _outcome_spread_only(base: type) -> type:
     return OutcomeSpreadOnly
 
 
+AUTOCASTS = (None, "bfloat16", "auto")
+
+
+def resolve_autocast(c: Mapping[str, Any]) -> tuple[str | None, dict[str, float] | None]:
+    """``autocast`` as trained: ``auto`` becomes ``bfloat16`` where bf16 matmuls measure faster than fp32 on the
+    training device (:func:`mage_gym.device.faster_compute_dtype`), else None (fp32); returns the choice and,
+    for ``auto``, the matmul rates (GFLOP/s) it was made from, so results.json says why."""
+    choice = c.get("autocast")
+    if choice not in AUTOCASTS:
+        raise ConfigError(f"autocast={choice!r}: choose null (fp32), bfloat16 or auto (the faster, timed here)")
+    if choice != "auto":
+        return choice, None
+    from mage_gym.device import faster_compute_dtype, matmul_rates
+
+    device = str(c.get("device", "cpu"))
+    return ("bfloat16" if faster_compute_dtype(device) == "bfloat16" else None), matmul_rates(device)
+
+
 def _bf16(c: Mapping[str, Any]) -> bool:
     """bf16 compute: ``dtype=bfloat16`` (weights in bf16) or ``autocast=bfloat16`` (fp32 weights, bf16 matmuls:
     the CPU recipe where experiments/perf/perf_llm_loop.py measures it faster than fp32 on that CPU)."""
@@ -525,6 +543,7 @@ def main(cfg: DictConfig) -> None:
     if algo not in ("grpo", "sft"):
         raise ConfigError(f"algo={algo!r}: choose grpo or sft")
     set_threads(c.get("torch_threads"))
+    c["autocast"], autocast_rates = resolve_autocast(c)  # after set_threads: timed on the threads that train
     out = run_dir()
     from mage_gym.agent.models import load_model
 
@@ -557,6 +576,7 @@ def main(cfg: DictConfig) -> None:
         "turns_not_generated_after_end": getattr(trainer, "turns_not_generated", None),
         "heldout": [h for h in history if "heldout/reward" in h],
         "lora": section(c, "lora"), "dtype": c.get("dtype"), "autocast": c.get("autocast"),
+        "autocast_matmul_gflops": autocast_rates,
         "model_dir": str(out / "model") if c.get("save_model", True) else None,
     }
     results["heldout_change"] = heldout_change(results["heldout"])

@@ -56,8 +56,11 @@ def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, 
     assert all(r["privileged"] and r["messages"][0]["role"] == "system" for r in rows)
 
     sft = run("train_llm.py", "algo=sft", f"model={tiny_model}", f"sft.transcripts={tx['path']}", "steps=2",
-              "sft.batch_size=1", "logger=wandb", "torch_threads=1", f"hydra.run.dir={tmp_path / 'sft'}")
+              "sft.batch_size=1", "logger=wandb", "torch_threads=1", "autocast=auto",
+              f"hydra.run.dir={tmp_path / 'sft'}")
     assert sft["global_step"] == 2 and len(sft["curves"]["loss"]) == 2
+    rates = sft["autocast_matmul_gflops"]  # autocast=auto: timed at start, the faster trained, both kept
+    assert sft["autocast"] == ("bfloat16" if rates["bfloat16"] > rates["float32"] else None)
     assert all(v > 0 for v in sft["curves"]["loss"])
     assert (tmp_path / "sft" / "model" / "config.json").is_file()
     assert list((tmp_path / "sft").glob("wandb/offline-run-*")), "logger=wandb logs offline into the run dir"
@@ -125,6 +128,22 @@ def test_grpo_micro_batches_split_one_steps_loss_pass_not_its_sampling() -> None
     for bad in (5, -1):
         with pytest.raises(m.ConfigError, match="micro_batch"):
             m.grpo_batching({"group_size": 6, "prompts_per_step": 2, "micro_batch": bad})
+
+
+def test_autocast_auto_trains_in_the_dtype_whose_matmuls_measure_faster(monkeypatch) -> None:
+    from agent_helpers import train_llm_module
+
+    import mage_gym.device as device
+
+    m = train_llm_module()
+    for rates, chosen in (({"float32": 350.0, "bfloat16": 190.0}, None),
+                          ({"float32": 70.0, "bfloat16": 510.0}, "bfloat16")):
+        monkeypatch.setattr(device, "matmul_rates", lambda dev, rates=rates: rates)
+        assert m.resolve_autocast({"autocast": "auto"}) == (chosen, rates)
+    assert m.resolve_autocast({"autocast": "bfloat16"}) == ("bfloat16", None)  # asked for: never timed
+    assert m.resolve_autocast({}) == (None, None)
+    with pytest.raises(m.ConfigError, match="autocast"):
+        m.resolve_autocast({"autocast": "fp16"})
 
 
 def test_a_batch_without_reward_spread_is_dropped_before_any_pass() -> None:

@@ -32,9 +32,26 @@ def test_the_change_is_paired_per_episode_over_the_named_policy_only(tmp_path) -
     assert res["reward"]["delta"]["mean"] == pytest.approx((0.3 + 0.3 + 0.0) / 3)
     assert res["page_recall"]["delta"]["n"] == 2 and res["page_recall"]["delta"]["mean"] == pytest.approx(0.0)
     assert res["page_recall"]["questions"] == {"higher": 1, "lower": 1, "same": 0}
+    assert res["tokens"]["questions"] == {"higher": 1, "lower": 0, "same": 2}
+    assert res["reward"]["questions"] == {"higher": 2, "lower": 0, "same": 1}
     assert res["tokens"]["base"] == pytest.approx(200) and res["tokens"]["new"] == pytest.approx(650 / 3)
     lo, hi = res["reward"]["delta"]["lo"], res["reward"]["delta"]["hi"]
     assert lo <= res["reward"]["delta"]["mean"] <= hi and lo < hi
+
+
+def test_recall_moves_are_split_by_whether_the_new_run_read_more(tmp_path) -> None:
+    base = _run(tmp_path / "base", [("llm", "a", 0, 0.5, 100, False), ("llm", "b", 0, 0.5, 100, False),
+                                    ("llm", "c", 0, 1.0, 300, False), ("llm", "d", 0, 0.5, 100, False),
+                                    ("llm", "e", 0, None, 100, False)])
+    new = _run(tmp_path / "new", [("llm", "a", 0, 1.0, 400, False), ("llm", "b", 0, 0.5, 400, False),
+                                  ("llm", "c", 0, 0.5, 200, False), ("llm", "d", 0, 0.5, 100, False),
+                                  ("llm", "e", 0, None, 900, False)])
+    res = json.loads(main(["--policy", "llm", "--base", str(base), "--new", str(new),
+                           "--out", str(tmp_path / "out")]).read_text())
+    split = res["recall_by_token_change"]  # question e has no gold: no recall to split
+    assert split["more_tokens"] == {"higher": 1, "lower": 0, "same": 1}
+    assert split["fewer_tokens"] == {"higher": 0, "lower": 1, "same": 0}
+    assert split["same_tokens"] == {"higher": 0, "lower": 0, "same": 1}
 
 
 def test_runs_over_different_episodes_are_refused(tmp_path) -> None:

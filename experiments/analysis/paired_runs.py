@@ -6,8 +6,9 @@ per run, so the two models play in two run folders. This script pairs their
 ``episodes.jsonl`` rows by episode and budget (failed rows dropped on both
 sides) and reports ``new - base`` for reward, page recall (questions with
 gold only) and tokens read, each as :func:`mage_gym.bench.equal_cost.paired_delta`
-(mean, 95 % bootstrap interval over questions), plus how many questions'
-recall went up, down or stayed. Both runs must hold the same episodes: an
+(mean, 95 % bootstrap interval over questions), plus how many questions went
+up, down or stayed on each, and the recall moves split by whether the new
+run read more or fewer tokens. Both runs must hold the same episodes: an
 episode only one run played is an error, not a silent drop::
 
     .venv/bin/python -m experiments.analysis.paired_runs --policy llm_controller \\
@@ -63,9 +64,33 @@ def compare(base: Mapping[tuple, Mapping[str, Any]], new: Mapping[tuple, Mapping
         a, b = [p[0] for p in pairs], [p[1] for p in pairs]
         out[name] = {"base": sum(b) / len(b) if b else None, "new": sum(a) / len(a) if a else None,
                      "delta": paired_delta(a, b)}
-        if name == "page_recall":
-            out[name]["questions"] = {"higher": sum(x > y for x, y in pairs), "lower": sum(x < y for x, y in pairs),
-                                      "same": sum(x == y for x, y in pairs)}
+        out[name]["questions"] = direction_counts(pairs)
+    out["recall_by_token_change"] = recall_by_token_change([base[k] for k in keys], [new[k] for k in keys])
+    return out
+
+
+def direction_counts(pairs: Sequence[tuple[float, float]]) -> dict[str, int]:
+    """How many ``(new, base)`` pairs went up, down or stayed."""
+    return {"higher": sum(x > y for x, y in pairs), "lower": sum(x < y for x, y in pairs),
+            "same": sum(x == y for x, y in pairs)}
+
+
+def recall_by_token_change(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Questions with gold, split by whether the new run read more, fewer or the same tokens, each split by how
+    its recall moved.
+
+    Why: a trained controller that reads more is worth it only where the extra
+    reading finds evidence; "read more on 8 questions, found more on 3" says
+    that, a mean token change and a mean recall change apart do not.
+    """
+    out = {side: {"higher": 0, "lower": 0, "same": 0} for side in ("more_tokens", "fewer_tokens", "same_tokens")}
+    for b, n in zip(base, new):
+        rb, rn = value(b, "evidence_page_recall"), value(n, "evidence_page_recall")
+        tb, tn = value(b, "tokens_rendered"), value(n, "tokens_rendered")
+        if None in (rb, rn, tb, tn):
+            continue
+        side = "more_tokens" if tn > tb else "fewer_tokens" if tn < tb else "same_tokens"
+        out[side]["higher" if rn > rb else "lower" if rn < rb else "same"] += 1
     return out
 
 

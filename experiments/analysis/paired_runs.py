@@ -69,10 +69,19 @@ def compare(base: Mapping[tuple, Mapping[str, Any]], new: Mapping[tuple, Mapping
     return out
 
 
+def direction(new: float, base: float) -> str:
+    """``higher``, ``lower`` or ``same``: where ``new`` stands against ``base``."""
+    return "higher" if new > base else "lower" if new < base else "same"
+
+
 def direction_counts(pairs: Sequence[tuple[float, float]]) -> dict[str, int]:
     """How many ``(new, base)`` pairs went up, down or stayed."""
-    return {"higher": sum(x > y for x, y in pairs), "lower": sum(x < y for x, y in pairs),
-            "same": sum(x == y for x, y in pairs)}
+    moves = [direction(new, base) for new, base in pairs]
+    return {side: moves.count(side) for side in ("higher", "lower", "same")}
+
+
+#: the token move of a question -> the name of its group in ``recall_by_token_change``
+TOKEN_GROUPS = {"higher": "more_tokens", "lower": "fewer_tokens", "same": "same_tokens"}
 
 
 def recall_by_token_change(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
@@ -83,15 +92,13 @@ def recall_by_token_change(base: Sequence[Mapping[str, Any]], new: Sequence[Mapp
     reading finds evidence; "read more on 8 questions, found more on 3" says
     that, a mean token change and a mean recall change apart do not.
     """
-    out = {side: {"higher": 0, "lower": 0, "same": 0} for side in ("more_tokens", "fewer_tokens", "same_tokens")}
+    groups: dict[str, list[tuple[float, float]]] = {group: [] for group in TOKEN_GROUPS.values()}
     for b, n in zip(base, new):
         rb, rn = value(b, "evidence_page_recall"), value(n, "evidence_page_recall")
         tb, tn = value(b, "tokens_rendered"), value(n, "tokens_rendered")
-        if None in (rb, rn, tb, tn):
-            continue
-        side = "more_tokens" if tn > tb else "fewer_tokens" if tn < tb else "same_tokens"
-        out[side]["higher" if rn > rb else "lower" if rn < rb else "same"] += 1
-    return out
+        if None not in (rb, rn, tb, tn):
+            groups[TOKEN_GROUPS[direction(tn, tb)]].append((rn, rb))
+    return {group: direction_counts(pairs) for group, pairs in groups.items()}
 
 
 def main(argv: Sequence[str] | None = None) -> Path:

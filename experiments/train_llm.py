@@ -203,6 +203,26 @@ def grpo_rewards(g: Mapping[str, Any], out: Path) -> tuple[list[Any], list[float
     return funcs, weights
 
 
+def screened_rows(rows: list[dict[str, Any]], tasks_from: Any) -> list[dict[str, Any]]:
+    """``rows`` (one per task) kept to the tasks whose sampled plays varied in the screen results
+    ``tasks_from`` (a path or a list of them, from experiments/screen_tasks.py); all rows when it is empty."""
+    if not tasks_from:
+        return rows
+    from mage_gym.agent.screening import tasks_with_spread
+
+    try:
+        keep = set(tasks_with_spread(tasks_from))
+    except (FileNotFoundError, ValueError) as err:
+        raise ConfigError(f"grpo.tasks_from: {err}") from None
+    kept = [r for r in rows if r["task"] in keep]
+    if not kept:
+        raise ConfigError(f"grpo.tasks_from: none of the {len(keep)} screened tasks with spread is among this run's "
+                          f"{len(rows)} tasks (screen the same dataset, split, tags and budget)")
+    print(f"grpo.tasks_from: training on {len(kept)} of {len(rows)} tasks (those whose screened plays varied)",
+          flush=True)
+    return kept
+
+
 def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, report_to: str) -> Any:
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
@@ -216,6 +236,7 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     rows = task_rows(episodes, kw["dataset"], budget=kw.get("budget"), seeds=g.get("seeds") or [0],
                      split=section(c, "dataset").get("split", "all"),
                      tools_in_prompt=bool(kw.get("tools_in_prompt", False)))
+    rows = screened_rows(rows, g.get("tasks_from"))
     callbacks = _callbacks(c)
     heldout = _heldout_callback(c, tokenizer)
     if heldout is not None:
@@ -241,6 +262,7 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
                           reward_funcs=reward_funcs,
                           environment_factory=environment_factory(episodes=episodes, **kw),
                           peft_config=_peft_config(c, model.config), callbacks=callbacks)
+    trainer.tasks_trained = len(rows)
     if heldout is not None:
         heldout.trainer = trainer
     trainer.train(resume_from_checkpoint=_resume_from(out, c))
@@ -573,6 +595,7 @@ def main(cfg: DictConfig) -> None:
         "resumed_from_step": start_step,
         "seconds_per_step": train_s / max(1, int(trainer.state.global_step) - start_step),
         "dropped_batches": getattr(trainer, "dropped_batches", None),
+        "tasks_trained": getattr(trainer, "tasks_trained", None),
         "turns_not_generated_after_end": getattr(trainer, "turns_not_generated", None),
         "heldout": [h for h in history if "heldout/reward" in h],
         "lora": section(c, "lora"), "dtype": c.get("dtype"), "autocast": c.get("autocast"),

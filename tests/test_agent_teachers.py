@@ -168,6 +168,7 @@ def test_replies_reusing_the_conversations_cache_equal_fresh_ones(tmp_path: Path
         outcomes.append([play_task(env, player, str(env.task_id(e)), max_replies=3) for e in env.episode_ids[:2]])
     assert outcomes[0] == outcomes[1]
     assert any(o["replies"] > 1 for o in outcomes[0])  # later turns did reuse a cached prefix
+    assert all(0.0 <= o["support"] <= 1.0 for o in outcomes[0])  # the terminal reward's answer support (screens)
 
 
 def test_a_reply_inside_a_trainers_bf16_autocast_decodes_in_the_weights_dtype(tmp_path: Path) -> None:

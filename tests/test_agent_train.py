@@ -94,6 +94,36 @@ def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, 
     assert (out / "llm_training_curves.png").stat().st_size > 1000
 
 
+def test_screen_tasks_then_grpo_on_the_tasks_that_varied_through_the_entry_points(corpus, tiny_model, tmp_path):
+    """screen_tasks.py plays GRPO's own tasks (same ids), the same plays with one worker or two; train_llm.py's
+    grpo.tasks_from then trains on the screened tasks that varied and no other."""
+    common = [f"model={tiny_model}", "dataset=synth", f"dataset.root={corpus}", "env.parser=fast", "retriever=bm25",
+              "env.budget.k=2", "chat.max_candidates=4", "grpo.max_tool_calling_iterations=2", "logger=none"]
+    one = run("screen_tasks.py", *common, "screen.samples=2", "screen.max_new_tokens=16", "screen.workers=1",
+              "torch_threads=1", f"hydra.run.dir={tmp_path / 'screen1'}")
+    two = run("screen_tasks.py", *common, "screen.samples=2", "screen.max_new_tokens=16", "screen.workers=2",
+              f"hydra.run.dir={tmp_path / 'screen2'}")
+    n = len(one["tasks"])
+    assert one["kind"] == "screen_tasks" and n >= 4 and one["summary"]["tasks"] == n and one["summary"]["plays"] == 2 * n
+    assert one["settings"]["max_replies"] == 2 and one["settings"]["temperature"] == 1.0  # GRPO's own settings
+    assert one["tasks"] == two["tasks"]  # seeds per (task, play): the split between workers changes nothing
+    assert all(len(t["support"]) == 2 and all(r <= 2 for r in t["replies"]) for t in one["tasks"])
+
+    # the tiny random model's plays need not vary, so mark one screened task as varied and train on it alone
+    screen = json.loads((tmp_path / "screen1" / "results.json").read_text())
+    chosen = screen["tasks"][1]["task"]
+    screen["tasks"][1]["support"] = [0.0, 1.0]
+    for t in screen["tasks"][:1] + screen["tasks"][2:]:
+        t["support"] = [0.5, 0.5]
+    (tmp_path / "marked.json").write_text(json.dumps(screen))
+    grpo = run("train_llm.py", "algo=grpo", *common, "steps=1", "grpo.group_size=2",
+               "grpo.max_completion_length=32", "torch_threads=1", f"grpo.tasks_from={tmp_path / 'marked.json'}",
+               "save_model=false", f"hydra.run.dir={tmp_path / 'grpo'}")
+    assert grpo["tasks_trained"] == 1 and grpo["settings"]["tasks_from"] == str(tmp_path / "marked.json")
+    logged = [json.loads(x)["task"] for x in (tmp_path / "grpo" / "rollouts.jsonl").read_text().splitlines()]
+    assert logged == [chosen, chosen]
+
+
 def test_the_dagger_students_transcripts(corpus, tmp_path):
     """policy_name=ppo: the shipped DAgger student (hybrid retriever, K=64, as its sidecar says) through the chat."""
     tx = run("export_transcripts.py", "dataset=synth", f"dataset.root={corpus}", "env.parser=fast", "torch_threads=1",

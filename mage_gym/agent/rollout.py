@@ -137,7 +137,9 @@ def play_task(env: Any, model: LocalChatModel, task: str, max_replies: int | Non
         reward += float(r)
         done = bool(terminated or truncated)
     metrics = dict(info.get("metrics") or {})
+    support = (info.get("reward_components") or {}).get("support")
     return {"task": task, "reward": reward, "recall": metrics.get("evidence_page_recall"),
+            "support": None if support is None else float(support),
             "tokens": metrics.get("tokens_rendered"), "replies": replies, "stopped": bool(terminated),
             "format_errors": int(info.get("format_errors_total", 0)),
             "invalid_calls": int(info.get("invalid_calls_total", 0))}

@@ -173,9 +173,10 @@ def outcome_spread(envs: Sequence[MageToolEnv], group_size: int) -> list[bool]:
     """Per group of ``group_size`` consecutive rollouts (GRPO's groups, in batch order): whether their answer
     support (the support term of the env's terminal reward) differs. A group whose rewards differ only in cost
     and noise has the same outcome everywhere."""
+    from mage_gym.agent.screening import outcome_varies
+
     support = [float((env._info.get("reward_components") or {}).get("support", 0.0)) for env in envs]
-    return [max(block) - min(block) > 1e-9
-            for block in (support[i:i + group_size] for i in range(0, len(support), group_size))]
+    return [outcome_varies(block) for block in (support[i:i + group_size] for i in range(0, len(support), group_size))]
 
 
 def refused_calls(environments: Sequence[MageToolEnv] | None = None, **_: Any) -> list[float]:

@@ -19,7 +19,7 @@ the result does not depend on the number of workers.
 
 Writes ``results.json`` into the Hydra run directory: the settings, each
 task's plays (support, recall, tokens, replies) and whether they varied, and
-a summary (tasks with spread, their share, seconds per play).
+a summary (tasks with spread, their share, one worker's seconds per play).
 """
 from __future__ import annotations
 
@@ -79,20 +79,20 @@ def _load_player(c: Mapping[str, Any], threads: int | None, max_new_tokens: int)
     _WORKER["player"] = LocalChatModel(model, tokenizer, max_new_tokens=max_new_tokens)
 
 
-def _screen_one(task: str, settings: Mapping[str, Any]) -> dict[str, Any]:
+def _screen_one(task: str, settings: Mapping[str, Any]) -> Any:
     from mage_gym.agent.screening import screen_task
 
     return screen_task(_WORKER["env"], _WORKER["player"], task, samples=settings["samples"],
                        temperature=settings["temperature"], max_replies=settings["max_replies"],
-                       seed=settings["seed"]).to_dict()
+                       seed=settings["seed"])
 
 
-def run_screen(c: Mapping[str, Any], tasks: list[str], settings: Mapping[str, Any]) -> list[dict[str, Any]]:
+def run_screen(c: Mapping[str, Any], tasks: list[str], settings: Mapping[str, Any]) -> list[Any]:
     """Each task's screen, in task order; with several workers each process loads the model once."""
     from mage_gym.progress import progress_bar
 
     bar = progress_bar(total=len(tasks), desc="screen", unit="task")
-    done: dict[str, dict[str, Any]] = {}
+    done: dict[str, Any] = {}
     if settings["workers"] == 1:
         _load_player(c, c.get("torch_threads"), settings["max_new_tokens"])
         for task in tasks:
@@ -107,7 +107,7 @@ def run_screen(c: Mapping[str, Any], tasks: list[str], settings: Mapping[str, An
             for future in as_completed(futures):
                 done[futures[future]] = future.result()
                 bar.update(1)
-                bar.set_postfix(with_spread=sum(d["spread"] for d in done.values()))
+                bar.set_postfix(with_spread=sum(d.spread for d in done.values()))
     bar.close()
     return [done[t] for t in tasks]
 
@@ -115,7 +115,7 @@ def run_screen(c: Mapping[str, Any], tasks: list[str], settings: Mapping[str, An
 @hydra.main(version_base=None, config_path="../conf", config_name="screen_tasks")
 @exit_on_config_error
 def main(cfg: DictConfig) -> None:
-    from mage_gym.agent.screening import TaskScreen, screen_summary
+    from mage_gym.agent.screening import screen_summary
 
     quiet_libraries()
     c = plain(cfg)
@@ -123,16 +123,15 @@ def main(cfg: DictConfig) -> None:
     tasks = screen_tasks_of(c)
     out = run_dir()
     t0 = time.perf_counter()
-    records = run_screen(c, tasks, settings)
+    screens = run_screen(c, tasks, settings)
     wall = time.perf_counter() - t0
-    screens = [TaskScreen(r["task"], tuple(r["support"]), tuple(r["recall"]), tuple(r["tokens"]),
-                          tuple(r["replies"])) for r in records]
+    # one worker's seconds per play: what a play costs on one core, whatever the number of workers
     summary = {**screen_summary(screens), "wall_s": wall,
-               "seconds_per_play": wall * settings["workers"] / max(1, len(tasks) * settings["samples"])}
+               "worker_seconds_per_play": wall * settings["workers"] / max(1, len(tasks) * settings["samples"])}
     results = {"kind": "screen_tasks", "model": str(c["model"]), "dataset": section(c, "dataset"),
                "task_tags": c.get("task_tags"), "exclude_tags": c.get("exclude_tags"),
                "budget": budget_dict(section(c, "env").get("budget") or {}), "chat": section(c, "chat"),
-               "settings": settings, "summary": summary, "tasks": records}
+               "settings": settings, "summary": summary, "tasks": [s.to_dict() for s in screens]}
     (out / "results.json").write_text(json.dumps(results, indent=1))
     print(json.dumps(summary, indent=1))
     print(f"results: {out / 'results.json'}  (train on them: grpo.tasks_from={out / 'results.json'})")

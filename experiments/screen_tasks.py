@@ -31,7 +31,7 @@ from typing import Any, Mapping
 import hydra
 from omegaconf import DictConfig
 
-from mage_gym.bench.chat import chat_episodes, chat_kwargs
+from mage_gym.bench.chat import chat_episodes, chat_kwargs, grpo_task_rows, make_chat_env
 from mage_gym.bench.config import (ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section,
                                    set_threads)
 from mage_gym.bench.results import budget_dict
@@ -55,19 +55,7 @@ def screen_settings(c: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
-def screen_tasks_of(c: Mapping[str, Any]) -> list[str]:
-    """The task ids GRPO would train on with this config (the same rows, so ``grpo.tasks_from`` matches them)."""
-    from mage_gym.agent.tasks import task_rows
-
-    kw = chat_kwargs(c)
-    rows = task_rows(chat_episodes(c), kw["dataset"], budget=kw.get("budget"),
-                     seeds=section(c, "grpo").get("seeds") or [0], split=section(c, "dataset").get("split", "all"),
-                     tools_in_prompt=bool(kw.get("tools_in_prompt", False)))
-    return [r["task"] for r in rows]
-
-
 def _load_player(c: Mapping[str, Any], threads: int | None, max_new_tokens: int) -> None:
-    from mage_gym.agent.chat_env import MageChatEnv
     from mage_gym.agent.models import load_model
     from mage_gym.agent.rollout import LocalChatModel
 
@@ -75,7 +63,7 @@ def _load_player(c: Mapping[str, Any], threads: int | None, max_new_tokens: int)
     set_threads(threads)
     model, tokenizer = load_model(str(c["model"]), dtype=c.get("dtype", "float32"), device=c.get("device", "cpu"),
                                   force_template=bool(c.get("force_template")))
-    _WORKER["env"] = MageChatEnv(episodes=chat_episodes(c), **chat_kwargs(c))
+    _WORKER["env"] = make_chat_env(chat_episodes(c), c)
     _WORKER["player"] = LocalChatModel(model, tokenizer, max_new_tokens=max_new_tokens)
 
 
@@ -120,7 +108,7 @@ def main(cfg: DictConfig) -> None:
     quiet_libraries()
     c = plain(cfg)
     settings = screen_settings(c)
-    tasks = screen_tasks_of(c)
+    tasks = [row["task"] for row in grpo_task_rows(c, chat_episodes(c), chat_kwargs(c))]  # GRPO's own task ids
     out = run_dir()
     t0 = time.perf_counter()
     screens = run_screen(c, tasks, settings)

@@ -43,7 +43,7 @@ from omegaconf import DictConfig
 
 from mage_gym.bench.config import (ConfigError, exit_on_config_error, plain, quiet_libraries, run_dir, section,
                                        set_threads)
-from mage_gym.bench.chat import chat_episodes, chat_kwargs
+from mage_gym.bench.chat import chat_episodes, chat_kwargs, grpo_task_rows
 from mage_gym.bench.results import budget_dict
 
 #: log_history keys kept as curves in results.json (TRL's names and ours)
@@ -227,16 +227,12 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     from datasets import Dataset
     from trl import GRPOConfig, GRPOTrainer
 
-    from mage_gym.agent.tasks import task_rows
     from mage_gym.agent.trl_env import environment_factory
 
     g = section(c, "grpo")
     episodes = chat_episodes(c)
     kw = chat_kwargs(c)
-    rows = task_rows(episodes, kw["dataset"], budget=kw.get("budget"), seeds=g.get("seeds") or [0],
-                     split=section(c, "dataset").get("split", "all"),
-                     tools_in_prompt=bool(kw.get("tools_in_prompt", False)))
-    rows = screened_rows(rows, g.get("tasks_from"))
+    rows = screened_rows(grpo_task_rows(c, episodes, kw), g.get("tasks_from"))
     callbacks = _callbacks(c)
     heldout = _heldout_callback(c, tokenizer)
     if heldout is not None:

@@ -1,4 +1,5 @@
-"""The LLM-controller entry points' shared harness (export_transcripts, train_llm): episodes, chat envs, actors.
+"""The LLM-controller entry points' shared harness (export_transcripts, train_llm, screen_tasks): episodes, chat
+envs, actors.
 
 Why one place: the transcripts an LLM is fine-tuned on, the tasks it is
 trained on with GRPO and the benchmark it is compared in must use the same
@@ -37,6 +38,16 @@ def chat_kwargs(cfg: Mapping[str, Any], **extra: Any) -> dict[str, Any]:
     kw["dataset"] = section(cfg, "dataset")["name"]
     kw.update(extra)
     return kw
+
+
+def grpo_task_rows(cfg: Mapping[str, Any], episodes: Sequence[Any], kw: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The task rows GRPO trains on (:func:`mage_gym.agent.tasks.task_rows`): one per episode and ``grpo.seeds``
+    seed, in the chat keywords ``kw``'s dataset and budget; screen_tasks.py plays the same task ids."""
+    from mage_gym.agent.tasks import task_rows
+
+    return task_rows(episodes, kw["dataset"], budget=kw.get("budget"),
+                     seeds=section(cfg, "grpo").get("seeds") or [0], split=section(cfg, "dataset").get("split", "all"),
+                     tools_in_prompt=bool(kw.get("tools_in_prompt", False)))
 
 
 def make_chat_env(episodes: Sequence[Any], cfg: Mapping[str, Any], **extra: Any) -> Any:

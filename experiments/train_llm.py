@@ -186,6 +186,30 @@ def grpo_batching(g: Mapping[str, Any]) -> dict[str, int]:
             "steps_per_generation": batch // micro}
 
 
+#: grpo.scale_rewards -> GRPOConfig.scale_rewards: what a group's reward differences are divided by
+ADVANTAGE_SCALING = {"group": "group", "batch": "batch", "none": "none", True: "group", False: "none"}
+
+
+def grpo_advantage_scaling(g: Mapping[str, Any]) -> dict[str, str]:
+    """GRPOConfig's ``scale_rewards``: ``group`` (TRL's default: each group's differences divided by its own
+    standard deviation), ``batch`` (by the whole batch's) or ``none`` (advantages are reward minus group mean).
+
+    Why it is a setting: this env's reward differs between rollouts in two
+    sizes, whether the evidence was found (support, tenths to a whole) and
+    what the reading cost (a model reply is 0.05 under ``budget=tight``).
+    Divided by the group's own spread, a group that differs only in cost
+    teaches as hard as one that differs in evidence; measured, that taught
+    the student to stop sooner, and ``grpo.require_outcome_spread`` then cut
+    such groups out, cost signal and all. With ``none`` (Dr. GRPO's
+    advice) every group teaches in proportion to what its rewards differ by.
+    """
+    value = g.get("scale_rewards", "group")
+    key = value.lower() if isinstance(value, str) else value
+    if key not in ADVANTAGE_SCALING:
+        raise ConfigError(f"grpo.scale_rewards must be group, batch or none, got {value!r}")
+    return {"scale_rewards": ADVANTAGE_SCALING[key]}
+
+
 def grpo_rewards(g: Mapping[str, Any], out: Path) -> tuple[list[Any], list[float]]:
     """TRL's ``reward_funcs`` and ``reward_weights`` besides the env's own reward (which TRL adds from
     ``get_reward`` at weight 1): the logging function at weight 0, and with ``grpo.refused_call_penalty`` > 0
@@ -241,7 +265,7 @@ def train_grpo(c: Mapping[str, Any], model: Any, tokenizer: Any, out: Path, repo
     tokenizer.padding_side = "left"
     reward_funcs, reward_weights = grpo_rewards(g, out)
     args = GRPOConfig(
-        output_dir=str(out / "trainer"), **grpo_batching(g), num_generations=group,
+        output_dir=str(out / "trainer"), **grpo_batching(g), **grpo_advantage_scaling(g), num_generations=group,
         max_completion_length=int(g.get("max_completion_length", 768)),
         max_tool_calling_iterations=int(g.get("max_tool_calling_iterations", 8)),
         temperature=float(g.get("temperature", 1.0)), beta=float(g.get("beta", 0.0)), max_steps=int(c["steps"]),
@@ -592,6 +616,7 @@ def main(cfg: DictConfig) -> None:
         "seconds_per_step": train_s / max(1, int(trainer.state.global_step) - start_step),
         "dropped_batches": getattr(trainer, "dropped_batches", None),
         "tasks_trained": getattr(trainer, "tasks_trained", None),
+        "advantage_scaling": getattr(trainer.args, "scale_rewards", None) if algo == "grpo" else None,
         "turns_not_generated_after_end": getattr(trainer, "turns_not_generated", None),
         "heldout": [h for h in history if "heldout/reward" in h],
         "lora": section(c, "lora"), "dtype": c.get("dtype"), "autocast": c.get("autocast"),

@@ -68,8 +68,10 @@ def test_export_then_sft_then_grpo_through_the_entry_points(corpus, tiny_model, 
     grpo = run("train_llm.py", "algo=grpo", f"model={tmp_path / 'sft' / 'model'}", "dataset=synth", *common,
                "env.budget.k=2", "steps=2", "grpo.group_size=2", "grpo.max_completion_length=48",
                "grpo.max_tool_calling_iterations=2", "chat.max_candidates=4", "logger=none",
-               "grpo.refused_call_penalty=0.5", "grpo.micro_batch=1", f"hydra.run.dir={tmp_path / 'grpo'}")
+               "grpo.refused_call_penalty=0.5", "grpo.micro_batch=1", "grpo.scale_rewards=none",
+               f"hydra.run.dir={tmp_path / 'grpo'}")
     c = grpo["curves"]
+    assert grpo["advantage_scaling"] == "none"  # what TRL's trainer ran with, not only what the config said
     assert grpo["global_step"] == 2 and c["step"] == [1, 2]
     # the env's own reward is what GRPO logs (and optimises), at weight 1, with the env's process figures beside
     # it; the refused-call term (gold-free) enters at its weight and nothing else does
@@ -159,6 +161,27 @@ def test_grpo_micro_batches_split_one_steps_loss_pass_not_its_sampling() -> None
     for bad in (5, -1):
         with pytest.raises(m.ConfigError, match="micro_batch"):
             m.grpo_batching({"group_size": 6, "prompts_per_step": 2, "micro_batch": bad})
+
+
+def test_grpo_advantage_scaling_reaches_trls_config_and_bad_values_are_refused() -> None:
+    from agent_helpers import train_llm_module
+
+    m = train_llm_module()
+    assert m.grpo_advantage_scaling({}) == {"scale_rewards": "group"}  # TRL's default, what earlier runs used
+    assert m.grpo_advantage_scaling({"scale_rewards": "none"}) == {"scale_rewards": "none"}
+    assert m.grpo_advantage_scaling({"scale_rewards": "Batch"}) == {"scale_rewards": "batch"}
+    assert m.grpo_advantage_scaling({"scale_rewards": False}) == {"scale_rewards": "none"}  # Hydra's false
+    for bad in ("std", None, 2):
+        with pytest.raises(m.ConfigError, match="scale_rewards"):
+            m.grpo_advantage_scaling({"scale_rewards": bad})
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    from trl import GRPOConfig
+
+    args = GRPOConfig(output_dir="unused", use_cpu=True, report_to=[], num_generations=2,
+                      per_device_train_batch_size=2, **m.grpo_advantage_scaling({"scale_rewards": "none"}))
+    assert args.scale_rewards == "none"
 
 
 def test_autocast_auto_trains_in_the_dtype_whose_matmuls_measure_faster(monkeypatch) -> None:

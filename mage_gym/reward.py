@@ -162,6 +162,35 @@ def total_reward(support: float, noise_value: float, cost_value: float, cfg: Rew
     return float(support - cfg.lambda_noise * noise_value - cfg.lambda_cost * cost_value)
 
 
+#: the reward's terms in :func:`reward_terms`, in the order the reward adds them
+REWARD_TERMS: tuple[str, ...] = ("support", "noise", "cost_tokens", "cost_operations", "cost_calls")
+
+
+def reward_terms(components: Mapping[str, float], cfg: RewardConfig) -> dict[str, float]:
+    """Each term's signed share of the reward, from ``info["reward_components"]``: they sum to the reward.
+
+    ``support``, ``-lambda_noise * noise`` and ``-lambda_cost * w * part`` for
+    each cost part. The lambdas are the ones the components carry (what the
+    episode was scored with); the cost weights come from ``cfg``, and must
+    reproduce the components' own ``cost``, else ValueError (so a wrong guess
+    at a run's weights cannot pass unseen).
+
+    Why: "the reward fell" has several causes (more tokens, more operations,
+    more model replies, more noise) that move different ways; a change split
+    into these shares says which one did it.
+    """
+    parts = {"cost_tokens": cfg.w_tokens, "cost_operations": cfg.w_ops, "cost_calls": cfg.w_calls}
+    cost_value = sum(w * float(components[k]) for k, w in parts.items())
+    if abs(cost_value - float(components["cost"])) > 1e-6:
+        raise ValueError(f"cost weights {parts} give cost {cost_value:.6f}, the components say "
+                         f"{float(components['cost']):.6f}: pass the weights the episode was scored with")
+    lam_cost = float(components.get("lambda_cost", cfg.lambda_cost))
+    terms = {"support": float(components["support"]),
+             "noise": -float(components.get("lambda_noise", cfg.lambda_noise)) * float(components["noise"])}
+    terms.update({k: -lam_cost * w * float(components[k]) for k, w in parts.items()})
+    return terms
+
+
 def potential(gold: GoldLike, node_state: np.ndarray, node_page: np.ndarray, n_pages: int, visual: bool,
               answerable: bool, whole_text: np.ndarray | None = None) -> float:
     """Shaping potential: gold coverage the current state would give (0 without gold).

@@ -75,3 +75,46 @@ def test_the_command_runs_as_the_guide_writes_it(tmp_path) -> None:
     assert done.returncode == 0, done.stderr
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     assert res["page_recall"]["delta"]["mean"] == pytest.approx(0.5) and res["tokens"]["delta"]["mean"] == 50
+
+
+def _scored_run(root: Path, rows: list[tuple], weights: tuple[float, float, float] | None) -> Path:
+    """A run whose rows carry reward components: (episode, support, noise, tokens part, operations part,
+    calls part); ``weights`` (tokens, operations, calls) go in its .hydra/config.yaml (None: no config)."""
+    w = weights or (0.5, 0.25, 0.25)
+    lines = []
+    for e, sup, noi, ct, co, cc in rows:
+        cost = w[0] * ct + w[1] * co + w[2] * cc
+        comp = {"support": sup, "noise": noi, "cost": cost, "cost_tokens": ct, "cost_operations": co,
+                "cost_calls": cc, "lambda_noise": 0.25, "lambda_cost": 1.0}
+        comp["reward"] = sup - 0.25 * noi - cost
+        lines.append({"policy": "llm", "budget": BUDGET, "episode_id": e, "reward": comp["reward"], "failed": False,
+                      "components": comp, "metrics": {"evidence_page_recall": sup, "tokens_rendered": 1000 * ct}})
+    root.mkdir(parents=True)
+    (root / "episodes.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    if weights:
+        (root / ".hydra").mkdir()
+        (root / ".hydra" / "config.yaml").write_text(
+            f"env:\n  reward:\n    w_tokens: {w[0]}\n    w_ops: {w[1]}\n    w_calls: {w[2]}\n")
+    return root
+
+
+def test_the_reward_change_is_split_into_its_terms_that_sum_to_it(tmp_path) -> None:
+    weights = (0.2, 0.3, 0.5)  # not the defaults: read from each run's config
+    base = _scored_run(tmp_path / "base", [("a", 0.5, 0.4, 0.1, 0.1, 0.4), ("b", 0.5, 0.4, 0.1, 0.1, 0.4)], weights)
+    new = _scored_run(tmp_path / "new", [("a", 1.0, 0.6, 0.2, 0.3, 0.8), ("b", 0.5, 0.6, 0.2, 0.3, 1.0)], weights)
+    res = json.loads(main(["--policy", "llm", "--base", str(base), "--new", str(new),
+                           "--out", str(tmp_path / "out")]).read_text())
+    parts = res["reward_parts"]
+    assert parts["support"]["mean"] == pytest.approx(0.25)
+    assert parts["noise"]["mean"] == pytest.approx(-0.25 * 0.2)
+    assert parts["cost_tokens"]["mean"] == pytest.approx(-0.2 * 0.1)
+    assert parts["cost_operations"]["mean"] == pytest.approx(-0.3 * 0.2)
+    assert parts["cost_calls"]["mean"] == pytest.approx(-0.5 * 0.5)  # calls 0.4 -> 0.8 and 1.0: +0.5 on average
+    assert parts["sum_of_means"] == pytest.approx(res["reward"]["delta"]["mean"])
+    assert parts["reading"]["mean"] == pytest.approx(0.25 - 0.05 - 0.02)
+    assert parts["moves_and_replies"]["mean"] == pytest.approx(-0.06 - 0.25)
+
+    # a run scored with other weights than its config says is refused, not split wrongly
+    (new / ".hydra" / "config.yaml").write_text("env:\n  reward:\n    w_tokens: 0.5\n")
+    with pytest.raises(ValueError, match="cost weights"):
+        main(["--policy", "llm", "--base", str(base), "--new", str(new), "--out", str(tmp_path / "out2")])

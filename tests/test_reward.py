@@ -118,3 +118,24 @@ def test_answering_reader_support_is_the_benchmark_score():
         _, r, done, _, info = env.step(encode_action(Op.STOP, 0, env.K))
         assert done and info["reward_components"]["support"] == expect
         assert env.last_reader_output.answer == answer
+
+
+def test_reward_terms_are_signed_shares_that_sum_to_the_episodes_reward():
+    cfg = R.RewardConfig(lambda_noise=0.3, lambda_cost=0.8, w_tokens=0.6, w_ops=0.3, w_calls=0.1, token_cap=512)
+    env = MageRAGEnv(episodes=toy_episodes(), query_fn=QF, K=16, budget={"k": 2}, reward=cfg)
+    env.reset(options={"episode_id": "elem"})
+    rng, done = np.random.default_rng(1), False
+    while not done:  # a few random valid moves, so every cost part is above zero
+        valid = np.flatnonzero(env.action_masks())
+        _, r, terminated, truncated, info = env.step(int(valid[rng.integers(len(valid))]) if rng.random() > 0.2
+                                                     else 0)
+        done = terminated or truncated
+    comp = info["reward_components"]
+    terms = R.reward_terms(comp, cfg)
+    assert list(terms) == list(R.REWARD_TERMS)
+    assert sum(terms.values()) == pytest.approx(comp["reward"])
+    assert terms["support"] == comp["support"] and terms["noise"] == pytest.approx(-0.3 * comp["noise"])
+    assert terms["cost_tokens"] == pytest.approx(-0.8 * 0.6 * comp["cost_tokens"]) and terms["cost_tokens"] < 0
+    assert terms["cost_calls"] == pytest.approx(-0.8 * 0.1 * comp["cost_calls"]) and terms["cost_calls"] < 0
+    with pytest.raises(ValueError, match="cost weights"):  # the defaults (0.5/0.25/0.25) are not what scored it
+        R.reward_terms(comp, R.RewardConfig())

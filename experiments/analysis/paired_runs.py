@@ -7,8 +7,10 @@ per run, so the two models play in two run folders. This script pairs their
 sides) and reports ``new - base`` for reward, page recall (questions with
 gold only) and tokens read, each as :func:`mage_gym.bench.equal_cost.paired_delta`
 (mean, 95 % bootstrap interval over questions), plus how many questions went
-up, down or stayed on each, and the recall moves split by whether the new
-run read more or fewer tokens. Both runs must hold the same episodes: an
+up, down or stayed on each, the recall moves split by whether the new
+run read more or fewer tokens, and the reward's change split into its terms
+(``reward_parts``: support, noise, and each part of the cost, signed as the
+reward adds them, so their means sum to the reward's change). Both runs must hold the same episodes: an
 episode only one run played is an error, not a silent drop::
 
     .venv/bin/python -m experiments.analysis.paired_runs --policy llm_controller \\
@@ -23,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from mage_gym.bench.equal_cost import paired_delta
 from mage_gym.bench.results import budget_label, write_json
+from mage_gym.reward import REWARD_TERMS, RewardConfig, reward_terms
 from mage_gym.trace import read_jsonl
 
 #: (name in the output, episodes.jsonl metric, questions with gold only)
@@ -49,8 +52,49 @@ def value(row: Mapping[str, Any], metric: str | None) -> float | None:
     return None if got is None else float(got)
 
 
-def compare(base: Mapping[tuple, Mapping[str, Any]], new: Mapping[tuple, Mapping[str, Any]]) -> dict[str, Any]:
-    """``new - base`` per measure over the episodes both hold (they must hold the same ones)."""
+def run_reward_config(run: Path) -> RewardConfig:
+    """The reward settings a benchmark run scored with: ``env.reward`` of its ``.hydra/config.yaml``, or the
+    defaults when the run has none (:func:`mage_gym.reward.reward_terms` checks them against every row)."""
+    path = Path(run) / ".hydra" / "config.yaml"
+    if not path.is_file():
+        return RewardConfig()
+    import yaml
+
+    env = (yaml.safe_load(path.read_text()) or {}).get("env") or {}
+    return RewardConfig.coerce(env.get("reward"))
+
+
+#: the two sides of a controller's reward change: what its reading earned net of the reading's own token and
+#: noise charges, and what its moves and model replies cost
+READING_AND_ACTING = {"reading": ("support", "noise", "cost_tokens"),
+                      "moves_and_replies": ("cost_operations", "cost_calls")}
+
+
+def reward_parts(base: Sequence[Mapping[str, Any]], new: Sequence[Mapping[str, Any]],
+                 base_cfg: RewardConfig, new_cfg: RewardConfig) -> dict[str, Any]:
+    """``new - base`` of each reward term (:data:`mage_gym.reward.REWARD_TERMS`), paired over questions.
+
+    Why: a reward that fell while recall rose can have fallen for more
+    tokens, more operations, more model replies or more noise; these say
+    which, each with its interval, and their means add up to the reward's.
+    """
+    terms_b = [reward_terms(row["components"], base_cfg) for row in base]
+    terms_n = [reward_terms(row["components"], new_cfg) for row in new]
+    out: dict[str, Any] = {name: paired_delta([t[name] for t in terms_n], [t[name] for t in terms_b])
+                           for name in REWARD_TERMS}
+    out["sum_of_means"] = sum(out[name]["mean"] for name in REWARD_TERMS) if terms_b else None
+    for group, names in READING_AND_ACTING.items():
+        out[group] = paired_delta([sum(t[x] for x in names) for t in terms_n],
+                                  [sum(t[x] for x in names) for t in terms_b])
+    out["how"] = ("each term as the reward adds it: support, -lambda_noise * noise, -lambda_cost * w * cost part "
+                  "(tokens, operations, reader + model calls); the weights are each run's env.reward")
+    return out
+
+
+def compare(base: Mapping[tuple, Mapping[str, Any]], new: Mapping[tuple, Mapping[str, Any]],
+            base_cfg: RewardConfig | None = None, new_cfg: RewardConfig | None = None) -> dict[str, Any]:
+    """``new - base`` per measure over the episodes both hold (they must hold the same ones); ``*_cfg``: the
+    reward settings each run scored with (default: the defaults)."""
     if set(base) != set(new):
         only = sorted(set(base) ^ set(new))[:5]
         raise ValueError(f"the runs played different episodes ({len(set(base) ^ set(new))} differ, e.g. {only})")
@@ -66,6 +110,9 @@ def compare(base: Mapping[tuple, Mapping[str, Any]], new: Mapping[tuple, Mapping
                      "delta": paired_delta(a, b)}
         out[name]["questions"] = direction_counts(pairs)
     out["recall_by_token_change"] = recall_by_token_change([base[k] for k in keys], [new[k] for k in keys])
+    if all("components" in base[k] and "components" in new[k] for k in keys):
+        out["reward_parts"] = reward_parts([base[k] for k in keys], [new[k] for k in keys],
+                                           base_cfg or RewardConfig(), new_cfg or RewardConfig())
     return out
 
 
@@ -109,7 +156,8 @@ def main(argv: Sequence[str] | None = None) -> Path:
     ap.add_argument("--out", type=Path, required=True, help="folder for results.json")
     args = ap.parse_args(argv)
     result = {"kind": "paired_runs", "policy": args.policy, "base_run": str(args.base), "new_run": str(args.new),
-              **compare(policy_rows(args.base, args.policy), policy_rows(args.new, args.policy))}
+              **compare(policy_rows(args.base, args.policy), policy_rows(args.new, args.policy),
+                        run_reward_config(args.base), run_reward_config(args.new))}
     path = write_json(args.out / "results.json", result)
     print(json.dumps({k: result[k] for k in ("episodes", "reward", "page_recall")}, indent=1))
     print(f"results: {path}")

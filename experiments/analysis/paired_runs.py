@@ -10,8 +10,9 @@ gold only) and tokens read, each as :func:`mage_gym.bench.equal_cost.paired_delt
 up, down or stayed on each, the recall moves split by whether the new
 run read more or fewer tokens, and the reward's change split into its terms
 (``reward_parts``: support, noise, and each part of the cost, signed as the
-reward adds them, so their means sum to the reward's change). Both runs must hold the same episodes: an
-episode only one run played is an error, not a silent drop::
+reward adds them, so their means sum to the reward's change). Both runs
+must hold the same episodes: an episode only one run played is an error,
+not a silent drop::
 
     .venv/bin/python -m experiments.analysis.paired_runs --policy llm_controller \\
         --base outputs/benchmark/<sft run> --new outputs/benchmark/<grpo run> --out outputs/paired/grpo_vs_sft

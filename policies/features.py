@@ -102,3 +102,15 @@ def prune_to_make_room(v: SlotView, mask: np.ndarray, slot_pages: np.ndarray, ke
     can_prune = op_mask(mask, Op.PRUNE, K) & v.is_page & ~np.isin(slot_pages, list(keep))
     s = best_slot(-v.rel, can_prune)
     return None if s is None else action_of(Op.PRUNE, s, K)
+
+
+def token_refused_slots(env: object, K: int) -> np.ndarray:
+    """bool [K]: slots whose ActivatePage or ActivateNode only the reader-token budget refuses now.
+
+    Why: under ``env.budget.tokens`` the entry pages can fill the budget, so a
+    page a controller plans to read is refused until it prunes one it needs
+    less (the oracle's and graph_follower's token room); all False without a
+    budget (:meth:`mage_gym.env.MageRAGEnv.token_refusals`).
+    """
+    refused = np.asarray(env.get_wrapper_attr("token_refusals")(), dtype=bool)  # type: ignore[attr-defined]
+    return op_mask(refused, Op.ACTIVATE_PAGE, K) | op_mask(refused, Op.ACTIVATE_NODE, K)

@@ -35,7 +35,9 @@ One episode, one decision at a time:
    (a page reached only by a link ranks low for the question), prune the
    least relevant active entry page other than the anchor's (``make_room``;
    pruning is free and final) and try again; a page that still has no slot
-   when nothing is left to prune is skipped;
+   when nothing is left to prune is skipped. Under a reader-token budget the
+   same prune makes room when the page has a slot but would not fit the
+   budget (the entry pages can fill it);
 4. in ``text`` mode, an element it activates is opened next while opens
    are left (a summary gives the reader nothing); then **stop**.
 """
@@ -48,7 +50,7 @@ import numpy as np
 from mage_gym.env import Op
 from mage_gym.bench.protocol import EnvInfo
 from policies.base import EnvBoundPolicy
-from policies.features import SlotView, action_of, best_slot, op_mask, prune_to_make_room
+from policies.features import SlotView, action_of, best_slot, op_mask, prune_to_make_room, token_refused_slots
 
 #: Relations followed by default, in priority order.
 DEFAULT_KINDS: tuple[str, ...] = ("reference", "semantic", "section")
@@ -100,7 +102,16 @@ class GraphFollowerPolicy(EnvBoundPolicy):
                     self.count("opens")
                     return action_of(Op.OPEN_NODE, s, K)
         if self._anchors is None:  # step 1
-            s = best_slot(v.rel, can_node & ~v.is_page & v.page_activated)
+            on_entry = ~v.is_page & v.page_activated
+            s = best_slot(v.rel, can_node & on_entry)
+            if self.make_room:  # the best passage would not fit the token budget: drop another entry page first
+                refused = token_refused_slots(self._env, K) & on_entry
+                r = best_slot(v.rel, refused)
+                if r is not None and (s is None or v.rel[r] > v.rel[s]):
+                    prune = prune_to_make_room(v, mask, spage, {int(spage[r])}, K)
+                    if prune is not None:
+                        self.count("prunes_for_tokens")
+                        return prune
             if s is None:
                 self.count("stops_no_anchor")
                 return 0
@@ -125,9 +136,15 @@ class GraphFollowerPolicy(EnvBoundPolicy):
                     self._plan.pop(0)
                     self._followed.add(page)
                     return self._activated(Op.ACTIVATE_NODE, s, int(slots[s]), K)
+            anchor_page = int(g.node_page[self._anchors[0]]) if self._anchors else -1
+            keep = self._followed | {anchor_page}
+            if self.make_room and on_page and token_refused_slots(self._env, K)[on_page].any():
+                prune = prune_to_make_room(v, mask, spage, keep, K)  # the page would not fit the token budget
+                if prune is not None:
+                    self.count("prunes_for_tokens")
+                    return prune
             if self.make_room and valid.all():
-                anchor_page = int(g.node_page[self._anchors[0]]) if self._anchors else -1
-                prune = prune_to_make_room(v, mask, spage, self._followed | {anchor_page}, K)
+                prune = prune_to_make_room(v, mask, spage, keep, K)
                 if prune is not None:
                     self.count("prunes_to_make_room")
                     return prune

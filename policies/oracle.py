@@ -33,6 +33,14 @@ Greedy, one decision at a time (first rule that applies wins):
    With ``make_room="stop"`` it stops there instead (a teacher for students:
    which page "holds no gold" is the one thing about these prunes a student
    cannot see, and a student copying them prunes the pages it needs);
+   5a, checked first, **make token room**: under a reader-token budget
+   (``env.budget.tokens``), when gold in the slots is refused only because
+   its page would not fit, prune the least relevant active page holding no
+   gold the same way (``"stop"``: stop instead). The entry pages alone can
+   fill a budget set at topk_page's operating cost, so without this rule no
+   controller reads past them within it. ``make_room="tokens"`` prunes here
+   and stops at rule 5: a student can ground these prunes better (the budget
+   says tokens are short, the pruned page is the least relevant one);
 6. otherwise **stop**: no gold left in the slots.
 
 An item counts as covered by the env's own rule (:func:`mage_gym.coverage.cover`,
@@ -47,20 +55,21 @@ hop's gold brings the second hop's nodes into the frontier.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import numpy as np
 
 from mage_gym.coverage import cover
-from mage_gym.env import Op
+from mage_gym.env import ActionLayout, Op
 from mage_gym.render import whole_text_pages
 from mage_gym.bench.protocol import EnvInfo
 from policies.base import EnvBoundPolicy
-from policies.features import SlotView, action_of, op_mask, prune_to_make_room
+from policies.features import SlotView, action_of, op_mask, prune_to_make_room, token_refused_slots
 
 
-#: what the oracle does where it would prune a non-gold page to let hidden nodes up (rule 5)
-MAKE_ROOM = ("prune", "stop")
+#: what the oracle does where it would prune a non-gold page to make room (rules 5a and 5): prune for both,
+#: stop for both, or prune only for reader tokens (5a) and stop where the slots are full (5)
+MAKE_ROOM = ("prune", "stop", "tokens")
 
 
 class OraclePolicy(EnvBoundPolicy):
@@ -84,6 +93,7 @@ class OraclePolicy(EnvBoundPolicy):
         self._n_pages = 0
         self._mode = "visual"
         self._whole_text = np.zeros(0, dtype=bool)
+        self._room_for: list[int] = []  # rule 5a's refused gold slots, best first (read by chat_choice)
 
     def reset(self, env_info: EnvInfo) -> None:
         super().reset(env_info)  # raises unless bound to its env
@@ -102,7 +112,8 @@ class OraclePolicy(EnvBoundPolicy):
             self.count(rule)
         return actions[0]
 
-    def choices(self, obs: Mapping[str, np.ndarray], mask: np.ndarray) -> tuple[str | None, list[int]]:
+    def choices(self, obs: Mapping[str, np.ndarray], mask: np.ndarray,
+                reachable: np.ndarray | None = None) -> tuple[str | None, list[int]]:
         """(the rule that applies, every action that rule accepts equally); :meth:`act` takes the first.
 
         Why the whole set: when two gold pages sit in the slots the greedy
@@ -113,6 +124,9 @@ class OraclePolicy(EnvBoundPolicy):
         candidate; rule 2: any slot holding gold of an uncovered item; rule 3:
         for each uncovered page, the action the oracle would take on it; rule
         4: any such gold element; make-room prunes and stops are single.
+        ``reachable`` (bool [K], None: all): the slots the caller may act on
+        (the chat: its listed candidates), so rule 5a makes token room only for
+        gold the caller can then activate.
         """
         view = self._view
         assert view is not None and self._node_page is not None, "reset() first"
@@ -179,16 +193,33 @@ class OraclePolicy(EnvBoundPolicy):
                     out.append(action_of(Op.ACTIVATE_NODE, s, K))
         if out:
             return "activations_gold_links", _unique(out)
-        if valid.all():  # rule 5: the frontier was cut at K; drop a non-gold page to let hidden nodes up
-            gold_pages = {int(p) for p in view.item_pages} | {int(p) for p in view.pages}
+        gold_pages = {int(p) for p in view.item_pages} | {int(p) for p in view.pages}
+        # rule 5a: what rules 2-4 would take but the budget refuses, best first (gold nodes, their pages' slots)
+        wanted: list[int] = []
+        for item, page, _ in uncovered:
+            wanted += [s for n in item if (s := slot_of.get(int(n))) is not None]
+            wanted += np.flatnonzero(valid & (spage == page)).tolist()
+        for item in view.items:  # gold nodes (rule 4: a covered item's unvisited element, whose links lead on)
+            wanted += [s for n in item if (s := slot_of.get(int(n))) is not None and v.unvisited[s]]
+        refused = token_refused_slots(self._env, K) if wanted else np.zeros(K, dtype=bool)
+        targets = [s for s in _unique(wanted) if refused[s] and (reachable is None or reachable[s])]
+        if targets:
             prune = prune_to_make_room(v, mask, spage, gold_pages, K)
             if prune is not None:
                 if self.make_room == "stop":
+                    return "stops_instead_of_token_room", [0]
+                self._room_for = targets  # the chat takes the first that fits in the same reply
+                return "prunes_for_tokens", [prune]
+        if valid.all():  # rule 5: the frontier was cut at K; drop a non-gold page to let hidden nodes up
+            prune = prune_to_make_room(v, mask, spage, gold_pages, K)
+            if prune is not None:
+                if self.make_room in ("stop", "tokens"):
                     return "stops_instead_of_make_room", [0]
                 return "prunes_to_make_room", [prune]
         return "stops_no_gold_in_slots", [0]
 
-    def chat_choice(self, obs: Mapping[str, np.ndarray], mask: np.ndarray, listing_full: bool) -> int | str:
+    def chat_choice(self, obs: Mapping[str, np.ndarray], mask: np.ndarray, listing_full: bool,
+                    listed: Sequence[str] | None = None) -> int | str | list[int]:
         """The oracle's move through MageRAG-Chat-v0, whose candidate list is shorter than the ``K`` slots.
 
         ``mask`` is restricted to what the chat shows (listed candidates, held
@@ -198,21 +229,43 @@ class OraclePolicy(EnvBoundPolicy):
         was cut at its length (``listing_full``: hidden candidates move up),
         else ``"search"`` (the caller searches the question: the next pages by
         relevance, as a student can). With ``make_room="stop"`` it stops
-        wherever it would prune. Returns a flat action or ``"search"``.
+        wherever it would prune. ``listed``: the ids of the listed candidates
+        (rule 5a makes token room only for gold among them; None: any slot).
+        Returns a flat action, ``"search"``, or, where rule 5a prunes, the
+        prune and the activation of the gold it makes room for (one reply of
+        two calls, so the student sees the candidate's number in the turn
+        just before; the activation only when the prune frees enough tokens).
         """
-        rule, actions = self.choices(obs, mask)
+        slots = np.asarray(self._env.get_wrapper_attr("slots"))
+        reachable = None
+        if listed is not None:
+            ids = self._env.get_wrapper_attr("slot_node_ids")()
+            shown = set(listed)
+            reachable = np.asarray([i is not None and i in shown for i in ids], dtype=bool)
+        self._room_for = []
+        rule, actions = self.choices(obs, mask, reachable)
+        if rule == "prunes_for_tokens":  # the prune and the activation it makes room for, in one reply
+            self.count(rule)
+            K = len(slots)
+            pruned = int(slots[ActionLayout(K).decode(actions[0])[1]])
+            fits = self._env.get_wrapper_attr("fits_after_prune")
+            for s in self._room_for:
+                node = int(slots[s])
+                if fits(pruned, node):
+                    op = Op.ACTIVATE_PAGE if node < self._n_pages else Op.ACTIVATE_NODE
+                    return [actions[0], action_of(op, s, K)]
+            return actions[0]
         if rule != "stops_no_gold_in_slots":
             if rule is not None:
                 self.count(rule)
             return actions[0]
         v = SlotView.from_obs(obs)
         if listing_full:
-            slots = np.asarray(self._env.get_wrapper_attr("slots"))
             assert self._node_page is not None and self._view is not None
             spage = np.where(slots >= 0, self._node_page[np.clip(slots, 0, None)], -1)
             gold_pages = {int(p) for p in self._view.item_pages} | {int(p) for p in self._view.pages}
             prune = prune_to_make_room(v, mask, spage, gold_pages, v.K)
-            if prune is not None and self.make_room == "stop":
+            if prune is not None and self.make_room in ("stop", "tokens"):
                 self.count("chat_stops_instead_of_make_room")
                 return 0
             if prune is not None:

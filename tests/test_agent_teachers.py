@@ -37,6 +37,30 @@ def test_a_search_choice_becomes_a_search_of_the_question_or_a_stop() -> None:
         step_actor(env, lambda obs, mask: "jump")(messages, info)
 
 
+def test_several_choices_become_one_reply_of_several_calls() -> None:
+    """The oracle's prune and the activation it makes room for: one reply; an unlisted activation is left out."""
+    from mage_gym.agent.transcripts import step_actor
+    from mage_gym.env.actions import ActionLayout, Op
+
+    env = toy_chat_env(numeric_obs_in_info=True)
+    messages, info = env.reset(options={"task": str(env.task_id(env.episode_ids[0]))})
+    layout = ActionLayout(int(env.inner.get_wrapper_attr("K")))
+    ids = env.inner.get_wrapper_attr("slot_node_ids")()
+    cands, held = env.visible_ids()
+    held_slot = next(i for i, n in enumerate(ids) if n in held and n.count(":") == 1)  # an active page
+    cand_slot = next(i for i, n in enumerate(ids) if n in cands)
+    hidden = [i for i, n in enumerate(ids) if n is not None and n not in cands and n not in held]
+    prune, follow = layout.encode(Op.PRUNE, held_slot), layout.encode(Op.ACTIVATE_NODE, cand_slot)
+    reply = step_actor(env, lambda obs, mask: [prune, follow])(messages, info)
+    assert [c["name"] for c in reply] == ["prune", "activate"]
+    assert reply[0]["arguments"]["ids"] == [ids[held_slot]]
+    assert reply[1]["arguments"]["candidates"] == [env.view.number(ids[cand_slot])]
+    if hidden:
+        extra = layout.encode(Op.ACTIVATE_NODE, hidden[0])
+        assert [c["name"] for c in step_actor(env, lambda obs, mask: [prune, extra])(messages, info)] == ["prune"]
+    assert step_actor(env, lambda obs, mask: [0, follow])(messages, info)["name"] == "stop"
+
+
 def test_the_oracle_reaches_unlisted_gold_through_the_chat() -> None:
     """With one candidate listed, gold is rarely listed: the oracle prunes or searches instead of stopping."""
     from mage_gym.agent.transcripts import record_episode

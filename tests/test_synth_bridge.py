@@ -273,6 +273,79 @@ def test_public_rule_policy_reaches_the_second_hop(navigation) -> None:  # noqa:
     assert max(n for *_, n in rule) <= K + 1 + 3
 
 
+@pytest.fixture(scope="module")
+def navigation_tokens(bridges: list[Episode], checked):  # noqa: ANN001, ANN201
+    """Per controller, under a reader-token budget that holds two pages but not three (k=2 entry pages, visual):
+    (second hop rendered, tokens rendered, policy stats) per bridge question, and the budget.
+
+    The entry pages fill such a budget, so the second hop is read only by
+    pruning one of them first (the oracle's and graph_follower's token room).
+    """
+    from mage_gym.env import MageRAGEnv
+    from mage_gym.graph.build import build_graph
+    from policies import get_policy
+    from mage_gym.bench.play import run_episode
+
+    graphs = {ep.doc_id: build_graph(ep.source, parser="fast", progress=False) for ep in bridges}
+    pairs = [(ep, graphs[ep.doc_id]) for ep in bridges]
+    plain = MageRAGEnv(episodes=pairs, budget={"k": 2})
+    two_pages = []
+    for ep in bridges:
+        plain.reset(seed=0, options={"episode_id": ep.episode_id})
+        two_pages.append(plain.render().tokens)
+    cap = max(two_pages) + 200  # room for the anchor passage's lines, never for a third page image
+    env = MageRAGEnv(episodes=pairs, privileged=True, budget={"k": 2, "tokens": cap})
+    policies = {"topk_page": get_policy("topk_page"), "oracle": get_policy("oracle", make_room="tokens").bind(env),
+                "oracle_stop": get_policy("oracle", make_room="stop").bind(env),
+                "rule": get_policy("graph_follower")}
+    out: dict[str, list[tuple[bool, int]]] = {name: [] for name in policies}
+    for ep in bridges:
+        for name, policy in policies.items():
+            res = run_episode(env, policy, episode_id=ep.episode_id)
+            assert res.invalid == 0, res.errors
+            g = env.get_wrapper_attr("graph")
+            render = env.get_wrapper_attr("last_render")
+            pages = {int(g.node_page[g.index_of[n]]) for n in render.node_ids}
+            out[name].append((ep.hops()[1].pages[0] in pages, int(render.tokens)))
+    stats = {name: dict(getattr(p, "stats", {})) for name, p in policies.items()}
+    # the same teacher through MageRAG-Chat-v0 (how its transcripts are made): token room only for listed gold
+    from mage_gym.agent.chat_env import MageChatEnv
+    from mage_gym.agent.transcripts import record_episode
+    from mage_gym.bench.chat import policy_actor
+    from policies import REGISTRY
+
+    chat = MageChatEnv(episodes=pairs, privileged=True, numeric_obs_in_info=True, budget={"k": 2, "tokens": cap})
+    actor, _ = policy_actor(chat, "oracle", {"make_room": "tokens"}, REGISTRY)
+    out["chat_oracle"], prunes, pairs_ = [], 0, 0
+    for ep in bridges:
+        t = record_episode(chat, actor, task=str(chat.task_id(ep.episode_id)))
+        assert t.invalid_calls == 0 and t.format_errors == 0
+        calls = [c["function"]["name"] for m in t.messages if m["role"] == "assistant" for c in m["tool_calls"]]
+        out["chat_oracle"].append((t.metrics["evidence_page_recall"] == 1.0, int(t.metrics["tokens_rendered"])))
+        prunes += calls.count("prune")
+        pairs_ += sum([c["function"]["name"] for c in m["tool_calls"]] == ["prune", "activate"]
+                      for m in t.messages if m["role"] == "assistant")
+    stats["chat_oracle"] = {"prune": prunes, "prune_then_activate_replies": pairs_}
+    return out, stats, cap
+
+
+def test_under_a_two_page_token_budget_controllers_prune_to_reach_the_second_hop(
+        navigation_tokens) -> None:  # noqa: ANN001
+    """Without token room no controller reads past the entry pages; with it the oracle and the public rule do."""
+    out, stats, cap = navigation_tokens
+    assert all(t <= cap for rows in out.values() for _, t in rows)
+
+    def hop2(name: str) -> float:
+        return sum(hit for hit, _ in out[name]) / len(out[name])
+
+    assert hop2("topk_page") < 0.3
+    assert hop2("oracle") > 0.8 and stats["oracle"].get("prunes_for_tokens", 0) > 0
+    assert hop2("oracle_stop") <= hop2("topk_page") + 0.1 and "prunes_for_tokens" not in stats["oracle_stop"]
+    assert hop2("rule") >= 0.5 and stats["rule"].get("prunes_for_tokens", 0) > 0
+    assert hop2("chat_oracle") > 0.5 and stats["chat_oracle"]["prune"] > 0  # both hops read, a shorter list
+    assert stats["chat_oracle"]["prune_then_activate_replies"] > 0  # the room made and taken in one reply
+
+
 # --- presets, versions, seeds -------------------------------------------------------------------------------
 
 

@@ -119,6 +119,46 @@ def test_a_refused_activation_names_its_tokens_and_the_budget_and_changes_nothin
     assert would > limit and info["token_budget"]["used"] == env.render().tokens
 
 
+def test_token_refusals_name_exactly_what_only_the_budget_refuses_and_a_prune_clears_them() -> None:
+    """What the oracle and graph_follower read to make token room: refused by tokens, valid without the budget."""
+    free = env_with("visual", k=2)
+    free.reset(seed=0, options={"episode_id": "elem"})
+    assert not free.token_refusals().any()
+    limit = full_tokens("visual", k=2) + 5  # both entry pages fit, a third page does not
+    env = env_with("visual", k=2, tokens=limit)
+    env.reset(seed=0, options={"episode_id": "elem"})
+    layout = ActionLayout(env.K)
+    refused, mask = env.token_refusals(), env.action_masks()
+    assert not (refused & mask).any()
+    assert (refused | mask).tolist() == free.action_masks().tolist()  # the same state without the budget
+    slots = env.slots.tolist()
+    unvisited_page = next(i for i, v in enumerate(slots)
+                          if v >= 0 and env.state.node_state[env.gi.node_page[v]] == UNVISITED)
+    assert refused[layout.encode(Op.ACTIVATE_PAGE, unvisited_page)]
+    assert not refused[layout.encode(Op.STOP, 0)] and not layout.block(refused, Op.PRUNE).any()
+    env.operate("PruneNode", int(env.state.working[1]))  # one entry page out: a page fits again
+    assert not env.token_refusals()[layout.encode(Op.ACTIVATE_PAGE, env.slots.tolist().index(slots[unvisited_page]))]
+
+
+def test_fits_after_prune_says_whether_a_refused_activation_would_fit_once_a_page_is_gone() -> None:
+    limit = full_tokens("visual", k=2) + 5
+    env = env_with("visual", k=2, tokens=limit)
+    env.reset(seed=0, options={"episode_id": "elem"})
+    first, second = (int(p) for p in env.state.working[:2])
+    page = next(int(v) for v in env.slots.tolist()
+                if 0 <= v < env.gi.n_pages and env.state.node_state[v] == UNVISITED)
+    on_first = int(env.gi.page_lo[first])  # an element of an entry page: it goes with its page
+    assert env.fits_after_prune(second, page) and not env.fits_after_prune(first, on_first)
+    before = env.state.node_state.copy()
+    assert "over the token budget" in env.operate("ActivatePage", page)[4]["last_action_error"]
+    assert np.array_equal(before, env.state.node_state)  # asking changed nothing
+    env.operate("PruneNode", second)
+    assert env.operate("ActivatePage", page)[4]["last_action_error"] == ""
+    free = env_with("visual", k=2)
+    free.reset(seed=0, options={"episode_id": "elem"})
+    assert free.fits_after_prune(second, page)
+
+
 def test_opening_is_refused_past_the_budget_and_a_prune_frees_room() -> None:
     env = env_with("visual", k=1, tokens=10 ** 6)
     env.reset(seed=0, options={"episode_id": "elem"})

@@ -119,9 +119,13 @@ def assistant_message(reply: Any) -> dict[str, Any]:
     return {"role": "assistant", "content": "", "tool_calls": out}
 
 
-def step_actor(env: Any, act: Callable[[Any, np.ndarray], "int | str"],
+def step_actor(env: Any, act: Callable[[Any, np.ndarray], "int | str | Sequence[int]"],
                reason: str = "not needed for the question") -> Actor:
     """A chat actor from a step-level policy ``act(numeric_obs, mask) -> flat action`` (or ``"search"``).
+
+    ``act`` may also return several flat actions: one reply of several calls,
+    the first checked against the mask, the rest activations of listed
+    candidates (the oracle's prune and the activation it makes room for).
 
     ``env`` must be built with ``numeric_obs_in_info=True``. Each reply is one
     tool call with a fresh id (``call_<reply number>``), so the transcript
@@ -159,11 +163,23 @@ def step_actor(env: Any, act: Callable[[Any, np.ndarray], "int | str"],
             if can_search and env.view.question:
                 return {"id": cid, "name": "search", "arguments": {"query": env.view.question}}
             return {"id": cid, "name": "stop", "arguments": {}}
-        action = int(choice)
-        op, slot = layout.decode(action)
-        if op == Op.STOP or not mask[action]:
+        if isinstance(choice, (list, tuple)):  # a move and the activation it makes room for, in one reply
+            calls = [call(int(choice[0]), bool(mask[int(choice[0])]), f"{cid}_0")]
+            if calls[0]["name"] == "stop":
+                return calls[0]
+            for i, a in enumerate(choice[1:], 1):
+                op, slot = layout.decode(int(a))
+                if op in (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE) and slot_ids[slot] in cands:
+                    calls.append(call(int(a), True, f"{cid}_{i}"))
+            return calls
+        return call(int(choice), mask[int(choice)], cid)
+
+    def call(action: int, valid: bool, cid: str) -> dict[str, Any]:
+        """The tool call of flat ``action`` (``stop`` when it is Stop or not ``valid``)."""
+        op, slot = ActionLayout(int(env.inner.get_wrapper_attr("K"))).decode(action)
+        if op == Op.STOP or not valid:
             return {"id": cid, "name": "stop", "arguments": {}}
-        node = slot_ids[slot]
+        node = env.inner.get_wrapper_attr("slot_node_ids")()[slot]
         if op in (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE):
             return {"id": cid, "name": "activate", "arguments": {"candidates": [env.view.number(node)]}}
         if op == Op.OPEN_NODE:

@@ -75,7 +75,7 @@ def policy_actor(env: Any, name: str, options: Mapping[str, Any], registry: Poli
     if callable(chat_choice):  # a policy with its own moves for the chat's shorter candidate list (the oracle)
         def decide(obs: Any, mask: Any) -> Any:
             listed, _ = env.visible_ids()
-            return chat_choice(obs, mask, listing_full=len(listed) >= env.view.max_candidates)
+            return chat_choice(obs, mask, listing_full=len(listed) >= env.view.max_candidates, listed=listed)
     else:
         def decide(obs: Any, mask: Any) -> Any:
             return policy.act(obs, None, mask)

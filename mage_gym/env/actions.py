@@ -379,7 +379,7 @@ _RULES = _rule_tables()
 _RULES_BY_OP = np.ascontiguousarray(_RULES.transpose(0, 2, 1))
 
 
-def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -> np.ndarray:
+def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None, tokens: bool = True) -> np.ndarray:
     """bool [ActionLayout(K).n]: exactly the flat actions :func:`apply_operation` accepts.
 
     Vectorised twin of :func:`check_operation` over the ``K`` slot nodes
@@ -387,6 +387,8 @@ def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -
     filled slot's node is coded by its state, its page's state and whether it
     is an element (``state.code``, kept current by the state), and its row of
     the mask is read from :func:`_slot_rules` tabulated for the budget's case.
+    ``tokens=False`` leaves the reader-token budget out: what would be valid
+    without it (:meth:`MageRAGEnv.token_refusals` compares the two).
     """
     K = len(slots)
     mask = np.zeros(1 + len(SLOT_OPS) * K, dtype=bool)
@@ -401,7 +403,7 @@ def action_mask(state: EvidenceState, slots: np.ndarray, n: int | None = None) -
     case = can_activate + 2 * (can_activate and state.n_unvisited_pages > 0) + 4 * (state.opens_left > 0)
     blocks = mask[1:].reshape(len(SLOT_OPS), K)  # a view: one row per slot operation
     blocks[:, :n] = _RULES_BY_OP[case].take(state.code[slots[:n]], axis=1)
-    if state.tokens is not None:
+    if tokens and state.tokens is not None:
         _mask_tokens(state, slots[:n], blocks)
     return mask
 

@@ -479,6 +479,43 @@ class MageRAGEnv(gym.Env):
             self._mask = action_mask(state, slots, self._n_slots)
         return self._mask.copy()
 
+    def token_refusals(self) -> np.ndarray:
+        """bool [ActionLayout(K).n]: the actions only the reader-token budget refuses now (all False without one).
+
+        Why: a controller that wants a page the budget refuses can prune a page
+        it needs less to make room (the oracle and graph_follower do), but the
+        mask alone does not say why an activation is refused. Public: the
+        refusal's error says the same to any controller that tries.
+        """
+        state = self._require()
+        mask = self.action_masks()
+        if state.tokens is None:
+            return np.zeros_like(mask)
+        return action_mask(state, self._current_slots(), self._n_slots, tokens=False) & ~mask
+
+    def fits_after_prune(self, prune: int, activate: int) -> bool:
+        """Whether activating node ``activate`` would fit the reader-token budget once node ``prune`` is pruned.
+
+        Why: a chat teacher that makes token room writes the prune and the
+        activation it makes room for in one reply, and must know the second
+        will not be refused (True without a budget; nothing changes here).
+        """
+        state = self._require()
+        if state.tokens is None:
+            return True
+        gi, st = state.gi, state.node_state
+        if prune < gi.n_pages:
+            lo, hi = int(gi.page_lo[prune]), int(gi.page_hi[prune])
+            gone = np.concatenate(([prune], np.arange(lo, hi)))
+        else:
+            gone = np.array([prune])
+        meter = state.tokens.copy()
+        meter.pruned(gone.tolist(), st[gone].tolist())
+        page = int(gi.node_page[activate])
+        if page == int(gi.node_page[prune]) and prune < gi.n_pages:
+            return False  # its page goes with the prune
+        return meter.after_activate(int(activate), page, bool(st[page] == UNVISITED)) <= meter.limit
+
     def render(self) -> RenderedInput:
         """The reader input the current working subgraph would give (images stay lazy): the question as the reader
         is asked it (in a conversation's later turns, with the earlier turns: :func:`reader_question`)."""

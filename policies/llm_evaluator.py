@@ -156,6 +156,8 @@ DEFAULT_BACKEND: dict[str, Any] = {"reader": "hf", "model": "smollm2", "max_new_
 #: LLM controllers shipped with the repository (LoRA adapters on the embedded SmolLM2): ``backend.model=<name>``
 SHIPPED_CONTROLLERS: dict[str, Path] = {
     "smollm2-controller": Path(__file__).resolve().parent / "checkpoints" / "llm_controller_smollm2",
+    # the same with two more SFT stages on the oracle's token-room transcripts: for runs under env.budget.tokens
+    "smollm2-controller-tokens": Path(__file__).resolve().parent / "checkpoints" / "llm_controller_smollm2_tokens",
 }
 
 

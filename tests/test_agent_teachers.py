@@ -384,3 +384,16 @@ def test_cached_only_keeps_documents_whose_graph_is_built(tmp_path, monkeypatch)
     build_graph(source, parser="fast", progress=False)
     assert is_cached(source, "fast") and not is_cached(source, "layout")
     assert len(load_episodes(node)) == 3
+
+
+def test_every_shipped_controller_name_resolves_to_an_adapter_on_the_embedded_base() -> None:
+    """``backend.model=<name>`` loads from policies/checkpoints: each name's folder holds a LoRA adapter on smollm2."""
+    from policies.llm_evaluator import SHIPPED_CONTROLLERS, LLMEvaluatorPolicy
+
+    assert {"smollm2-controller", "smollm2-controller-tokens"} <= set(SHIPPED_CONTROLLERS)
+    for name, folder in SHIPPED_CONTROLLERS.items():
+        assert LLMEvaluatorPolicy.shipped_model(name) == str(folder)
+        cfg = json.loads((folder / "adapter_config.json").read_text())
+        assert cfg["base_model_name_or_path"] == "smollm2" and cfg["peft_type"] == "LORA", name
+        assert (folder / "adapter_model.safetensors").stat().st_size > 1_000_000, name
+    assert LLMEvaluatorPolicy.shipped_model("outputs/x/model") == "outputs/x/model"

@@ -164,22 +164,22 @@ def step_actor(env: Any, act: Callable[[Any, np.ndarray], "int | str | Sequence[
                 return {"id": cid, "name": "search", "arguments": {"query": env.view.question}}
             return {"id": cid, "name": "stop", "arguments": {}}
         if isinstance(choice, (list, tuple)):  # a move and the activation it makes room for, in one reply
-            calls = [call(int(choice[0]), bool(mask[int(choice[0])]), f"{cid}_0")]
+            calls = [call(layout, slot_ids, int(choice[0]), bool(mask[int(choice[0])]), f"{cid}_0")]
             if calls[0]["name"] == "stop":
                 return calls[0]
             for i, a in enumerate(choice[1:], 1):
                 op, slot = layout.decode(int(a))
                 if op in (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE) and slot_ids[slot] in cands:
-                    calls.append(call(int(a), True, f"{cid}_{i}"))
+                    calls.append(call(layout, slot_ids, int(a), True, f"{cid}_{i}"))
             return calls
-        return call(int(choice), mask[int(choice)], cid)
+        return call(layout, slot_ids, int(choice), bool(mask[int(choice)]), cid)
 
-    def call(action: int, valid: bool, cid: str) -> dict[str, Any]:
+    def call(layout: ActionLayout, slot_ids: list, action: int, valid: bool, cid: str) -> dict[str, Any]:
         """The tool call of flat ``action`` (``stop`` when it is Stop or not ``valid``)."""
-        op, slot = ActionLayout(int(env.inner.get_wrapper_attr("K"))).decode(action)
+        op, slot = layout.decode(action)
         if op == Op.STOP or not valid:
             return {"id": cid, "name": "stop", "arguments": {}}
-        node = env.inner.get_wrapper_attr("slot_node_ids")()[slot]
+        node = slot_ids[slot]
         if op in (Op.ACTIVATE_PAGE, Op.ACTIVATE_NODE):
             return {"id": cid, "name": "activate", "arguments": {"candidates": [env.view.number(node)]}}
         if op == Op.OPEN_NODE:

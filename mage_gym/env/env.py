@@ -504,11 +504,7 @@ class MageRAGEnv(gym.Env):
         if state.tokens is None:
             return True
         gi, st = state.gi, state.node_state
-        if prune < gi.n_pages:
-            lo, hi = int(gi.page_lo[prune]), int(gi.page_hi[prune])
-            gone = np.concatenate(([prune], np.arange(lo, hi)))
-        else:
-            gone = np.array([prune])
+        gone = state.prune_targets(prune)
         meter = state.tokens.copy()
         meter.pruned(gone.tolist(), st[gone].tolist())
         page = int(gi.node_page[activate])

@@ -389,15 +389,21 @@ class EvidenceState:
         if self.tokens is not None:
             self.tokens.opened(u)
 
+    def prune_targets(self, u: int) -> np.ndarray:
+        """The nodes pruning ``u`` changes: ``u``, and for a page its elements not yet pruned, in node order."""
+        gi = self.gi
+        if u < gi.n_pages:
+            lo, hi = int(gi.page_lo[u]), int(gi.page_hi[u])
+            return np.concatenate(([u], np.flatnonzero(self.node_state[lo:hi] != PRUNED) + lo)).astype(
+                np.intp, copy=False)
+        return np.array([u], dtype=np.intp)
+
     def prune(self, u: int) -> list[int]:
         """Prune ``u`` (and, for a page, all its elements). Returns the changed node indices."""
         gi, st = self.gi, self.node_state
         is_page = u < gi.n_pages
-        if is_page:  # the page, then its elements not yet pruned, in node order
-            lo, hi = int(gi.page_lo[u]), int(gi.page_hi[u])
-            tg = np.concatenate(([u], np.flatnonzero(st[lo:hi] != PRUNED) + lo)).astype(np.intp, copy=False)
-        else:
-            tg = np.array([u], dtype=np.intp)
+        tg = self.prune_targets(u)
+        lo, hi = (int(gi.page_lo[u]), int(gi.page_hi[u])) if is_page else (u, u)
         prev = st[tg]
         if self.tokens is not None:
             self.tokens.pruned(tg.tolist(), prev.tolist())

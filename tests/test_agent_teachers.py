@@ -149,6 +149,30 @@ def test_two_adapters_stacked_equal_applying_them_in_turn(tmp_path: Path) -> Non
     assert not torch.allclose(want, plain, atol=1e-3)  # the adapters do change the model
 
 
+def test_an_adapter_trained_on_an_adapter_is_saved_stacked_with_its_lineage_beside_its_config(tmp_path: Path) -> None:
+    """GRPO from an SFT adapter saves one adapter for the original base; which two it stacks goes to lineage.json."""
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.agent.adapters import LINEAGE, read_config, save_trained
+
+    base_dir = build_tiny_chat_model(tmp_path / "base")
+    _random_adapter(AutoModelForCausalLM.from_pretrained(base_dir), tmp_path / "sft", seed=1, r=2)
+    merged = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(base_dir),
+                                       str(tmp_path / "sft")).merge_and_unload()
+    trained = get_peft_model(merged, LoraConfig(r=3, lora_alpha=6, target_modules="all-linear", task_type="CAUSAL_LM"))
+    out = save_trained(trained, None, tmp_path / "grpo" / "model", base=str(tmp_path / "sft"), dtype="float32")
+    cfg = read_config(out)
+    assert cfg["r"] == 5 and cfg["base_model_name_or_path"] == read_config(tmp_path / "sft")["base_model_name_or_path"]
+    assert "stacked_from" not in cfg
+    assert json.loads((out / LINEAGE).read_text())["stacked_from"] == [str(tmp_path / "sft"),
+                                                                      str(tmp_path / "grpo" / "model_own")]
+
+
 def test_a_reader_on_an_adapter_folder_loads_its_base_with_the_adapter(tmp_path: Path) -> None:
     from mage_gym._compat import ensure_torchvision
 
@@ -397,3 +421,22 @@ def test_every_shipped_controller_name_resolves_to_an_adapter_on_the_embedded_ba
         assert cfg["base_model_name_or_path"] == "smollm2" and cfg["peft_type"] == "LORA", name
         assert (folder / "adapter_model.safetensors").stat().st_size > 1_000_000, name
     assert LLMEvaluatorPolicy.shipped_model("outputs/x/model") == "outputs/x/model"
+
+
+def test_shipped_adapters_load_without_a_peft_warning_and_name_their_stages() -> None:
+    """peft warns "upgrade PEFT" about config keys it does not know: a stacked adapter's lineage lives beside it."""
+    import warnings
+
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    from peft import LoraConfig
+
+    from mage_gym.agent.adapters import LINEAGE
+    from policies.llm_evaluator import SHIPPED_CONTROLLERS
+
+    for name, folder in SHIPPED_CONTROLLERS.items():
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            LoraConfig.from_pretrained(str(folder))
+        assert json.loads((folder / LINEAGE).read_text())["stacked_from"], name

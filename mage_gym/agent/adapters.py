@@ -21,6 +21,9 @@ from typing import Any
 
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
+#: which adapters a stacked one was built from, beside (not inside) ``adapter_config.json``: peft's config
+#: loader warns "upgrade PEFT" at every load about keys it does not know
+LINEAGE = "lineage.json"
 #: the marker ``load_model`` leaves on a model built from an adapter (the adapter's folder)
 SOURCE_ATTR = "_mage_adapter_source"
 
@@ -109,7 +112,7 @@ def save_trained(model: Any, tokenizer: Any, folder: str | Path, base: str, dtyp
         stack(source, own, folder, dtype=dtype)
         cfg = read_config(folder)
         cfg["base_model_name_or_path"] = read_config(source)["base_model_name_or_path"]
-        cfg["stacked_from"] = [str(source), str(own)]
+        (folder / LINEAGE).write_text(json.dumps({"stacked_from": [str(source), str(own)]}, indent=1) + "\n")
     else:
         cfg["base_model_name_or_path"] = base if base.lower() == "smollm2" else str(Path(base).resolve())
     (folder / ADAPTER_CONFIG).write_text(json.dumps(cfg, indent=1))

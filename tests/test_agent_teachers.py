@@ -5,8 +5,10 @@
 - the TRL env's opening state does not repeat the prompt's intro, and its results come back worded as in the
   transcripts (``tool`` turns);
 - a model's text reply becomes structured tool calls only when every call in it parses;
-- two LoRA adapters stacked into one (rank r1 + r2) give the same model as applying them in turn, and a reader
-  built on an adapter folder loads its base with the adapter merged.
+- two LoRA adapters stacked into one (rank r1 + r2) give the same model as applying them in turn, an adapter
+  trained on an adapter is saved stacked with its lineage beside its config, and a reader built on an adapter
+  folder loads its base with the adapter merged;
+- every shipped controller name resolves to an adapter on smollm2 that peft loads without a warning.
 """
 from __future__ import annotations
 

@@ -504,12 +504,12 @@ class MageRAGEnv(gym.Env):
         if state.tokens is None:
             return True
         gi, st = state.gi, state.node_state
-        gone = state.prune_targets(prune)
-        meter = state.tokens.copy()
-        meter.pruned(gone.tolist(), st[gone].tolist())
         page = int(gi.node_page[activate])
         if page == int(gi.node_page[prune]) and prune < gi.n_pages:
             return False  # its page goes with the prune
+        gone = state.prune_targets(prune)
+        meter = state.tokens.copy()
+        meter.pruned(gone.tolist(), st[gone].tolist())
         return meter.after_activate(int(activate), page, bool(st[page] == UNVISITED)) <= meter.limit
 
     def render(self) -> RenderedInput:

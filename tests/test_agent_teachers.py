@@ -221,6 +221,39 @@ def test_replies_reusing_the_conversations_cache_equal_fresh_ones(tmp_path: Path
     assert all(0.0 <= o["support"] <= 1.0 for o in outcomes[0])  # the terminal reward's answer support (screens)
 
 
+def test_a_reused_prefix_goes_to_generate_under_the_cache_name_transformers_declares(tmp_path: Path) -> None:
+    """The second reply hands its cached prefix to ``generate`` under the installed transformers' own name for it
+    (``cache`` where declared: the old ``past_key_values`` warns there and goes in v6), and gets the same text."""
+    from mage_gym._compat import ensure_torchvision
+
+    ensure_torchvision()
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    from agent_helpers import build_tiny_chat_model
+    from mage_gym.agent.rollout import LocalChatModel
+
+    folder = build_tiny_chat_model(tmp_path / "m")
+    model, tok = AutoModelForCausalLM.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    declared = "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
+    passed: list[set[str]] = []
+    real_generate = model.generate
+
+    def spy(*args: object, **kw: object) -> object:
+        passed.append({k for k in kw if k in ("cache", "past_key_values")})
+        return real_generate(*args, **kw)
+
+    model.generate = spy
+    env = toy_chat_env()
+    messages, _ = env.reset(options={"task": str(env.task_id(env.episode_ids[0]))})
+    player = LocalChatModel(model, tok, max_new_tokens=4)
+    first = player.reply(messages)
+    convo = [*messages, {"role": "assistant", "content": first}, {"role": "user", "content": "go on"}]
+    second = player.reply(convo)
+    assert passed == [set(), {declared}]
+    assert second == LocalChatModel(model, tok, max_new_tokens=4, reuse_prefix=False).reply(convo)
+
+
 def test_a_reply_inside_a_trainers_bf16_autocast_decodes_in_the_weights_dtype(tmp_path: Path) -> None:
     """Generation leaves CPU autocast off (it recasts every weight on each decoding step): fp32 activations."""
     from mage_gym._compat import ensure_torchvision

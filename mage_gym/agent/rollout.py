@@ -101,7 +101,7 @@ class LocalChatModel:
                 cut = self._cache.get_seq_length() - keep
                 if cut > 0:
                     self._cache.crop(-cut)
-                kw["past_key_values"] = self._cache
+                kw[_cache_name()] = self._cache
         was_training = self.model.training
         self.model.eval()
         try:  # generation in the weights' own dtype, even inside a trainer's bf16 autocast (see the class doc)
@@ -111,9 +111,17 @@ class LocalChatModel:
             if was_training:
                 self.model.train()
         if self.reuse_prefix:
-            self._ids, self._cache = out.sequences, out.past_key_values
+            self._ids, self._cache = out.sequences, getattr(out, _cache_name())
         text = tok.decode(out.sequences[0, ids.shape[1]:], skip_special_tokens=False)
         return text.split("<|im_end|>")[0].strip()
+
+
+def _cache_name() -> str:
+    """The name ``generate`` gives the KV cache: ``cache`` where the installed transformers declares it (its old
+    name ``past_key_values`` still works there, but warns and goes in v6), ``past_key_values`` before that."""
+    from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+    return "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
 
 
 def play_task(env: Any, model: LocalChatModel, task: str, max_replies: int | None = None,

@@ -11,6 +11,7 @@ the assistant turns, results in ``tool`` turns).
 """
 from __future__ import annotations
 
+import functools
 import json
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
@@ -116,9 +117,11 @@ class LocalChatModel:
         return text.split("<|im_end|>")[0].strip()
 
 
+@functools.cache
 def _cache_name() -> str:
     """The name ``generate`` gives the KV cache: ``cache`` where the installed transformers declares it (its old
-    name ``past_key_values`` still works there, but warns and goes in v6), ``past_key_values`` before that."""
+    name ``past_key_values`` still works there, but warns and goes in v6), ``past_key_values`` before that. Looked
+    up once: every reply reads it twice."""
     from transformers.generation.utils import GenerateDecoderOnlyOutput
 
     return "cache" if "cache" in GenerateDecoderOnlyOutput.__dataclass_fields__ else "past_key_values"
